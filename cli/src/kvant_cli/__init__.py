@@ -1,0 +1,1 @@
+"""The `kvant` command: a dispatcher that each installed Kvant package extends."""

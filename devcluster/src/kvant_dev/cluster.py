@@ -1,0 +1,118 @@
+"""One local cluster: the control plane, optionally the controllers, the node agent and Prometheus."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kubernetes import client
+from kubernetes import config as kube_config
+
+from kvant_dev.controlplane import ControlPlane
+from kvant_dev.netutil import wait_until
+from kvant_dev.process import ManagedProcess
+from kvant_dev.prometheus import Prometheus, pod_discovery_job
+from kvant_dev.toolchain import Toolchain, pinned_versions
+
+_NODE_READY_TIMEOUT = 90.0
+
+
+@dataclass
+class LocalCluster:
+    workdir: Path
+    nodes: int = 1
+    gpus_per_node: int = 8
+    tied_to_parent: bool = True
+    toolchain: Toolchain = field(default_factory=Toolchain.locate)
+    control_plane: ControlPlane = field(init=False)
+    node_agent: ManagedProcess | None = None
+    prometheus: Prometheus | None = None
+
+    def __post_init__(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.control_plane = ControlPlane(self.workdir, self.toolchain, tied_to_parent=self.tied_to_parent)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.control_plane.kubeconfig
+
+    def start_core(self) -> None:
+        self.control_plane.start_core()
+
+    def start_workloads(self) -> None:
+        """Controllers, scheduler and the node agent: what Deployments, Jobs and pods need."""
+        if self.node_agent is not None:
+            return
+        self.control_plane.start_controllers()
+        argv = [
+            sys.executable,
+            "-m",
+            "kvant_dev.nodeagent",
+            f"--kubeconfig={self.kubeconfig}",
+            f"--root={self.workdir / 'node'}",
+            f"--pki-dir={self.control_plane.pki_dir}",
+            f"--nodes={self.nodes}",
+            f"--gpus-per-node={self.gpus_per_node}",
+            f"--kubelet-version={pinned_versions()['KUBE_VERSION']}",
+        ]
+        if self.tied_to_parent:
+            argv.append("--tie-pods")
+        self.node_agent = ManagedProcess(
+            "node-agent", argv, self.control_plane.log_path("node-agent"), tied_to_parent=self.tied_to_parent
+        )
+        wait_until(self._nodes_ready, _NODE_READY_TIMEOUT, f"{self.nodes} Ready node(s)", self.diagnostics)
+
+    def start_prometheus(self) -> Prometheus:
+        if self.prometheus is None:
+            self.prometheus = Prometheus(
+                self.toolchain.prometheus,
+                self.workdir / "prometheus",
+                [pod_discovery_job(self.kubeconfig)],
+                tied_to_parent=self.tied_to_parent,
+            )
+            self.prometheus.start()
+        return self.prometheus
+
+    def stop(self) -> None:
+        if self.prometheus is not None:
+            self.prometheus.stop()
+        if self.node_agent is not None:
+            self.node_agent.stop(grace_seconds=20.0)
+            self.node_agent = None
+        self.control_plane.stop()
+
+    def api_client(self) -> client.ApiClient:
+        return kube_config.new_client_from_config(str(self.kubeconfig))
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        argv = [str(self.toolchain.kubectl), f"--kubeconfig={self.kubeconfig}", *args]
+        result = subprocess.run(argv, input=input, capture_output=True, text=True, check=False, timeout=120)
+        if check and result.returncode != 0:
+            raise subprocess.CalledProcessError(result.returncode, argv, result.stdout, result.stderr)
+        return result
+
+    def diagnostics(self, lines: int = 30) -> str:
+        parts = [self.control_plane.diagnostics(lines)]
+        for proc in (self.node_agent, self.prometheus.process if self.prometheus else None):
+            if proc is not None:
+                parts.append(
+                    f"--- {proc.name}, last {lines} lines of {proc.log_path} ---\n{proc.log_tail(lines)}"
+                )
+        return "\n".join(parts)
+
+    def _nodes_ready(self) -> bool:
+        if self.node_agent is not None and not self.node_agent.running():
+            raise RuntimeError(f"node agent exited during start-up:\n{self.node_agent.log_tail(60)}")
+        nodes = (
+            client.CoreV1Api(self.api_client()).list_node(label_selector="kvant.dev/local-node=true").items
+        )
+        ready = [
+            n
+            for n in nodes
+            if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
+        ]
+        return len(ready) >= self.nodes

@@ -1,0 +1,145 @@
+"""`kvant dev up|down|status|env`: the local cluster for demos and manual poking."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+from typing import TypedDict
+
+from kvant_dev.process import stop_group
+from kvant_dev.toolchain import Toolchain, cache_dir
+
+
+class ClusterState(TypedDict):
+    kubeconfig: str
+    prometheus: str | None
+    processes: dict[str, int]
+    logs: str
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("KVANT_DEV_DIR", cache_dir() / "dev-cluster"))
+
+
+def _state_file() -> Path:
+    return state_dir() / "state.json"
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    dev = subparsers.add_parser("dev", help="run a local cluster (real apiserver, scheduler, GPU node agent)")
+    actions = dev.add_subparsers(dest="dev_command", metavar="ACTION", required=True)
+    up = actions.add_parser("up", help="start the local cluster and leave it running")
+    up.add_argument("--nodes", type=int, default=1, help="GPU nodes to register (default 1)")
+    up.add_argument(
+        "--gpus-per-node", type=int, default=8, help="nvidia.com/gpu capacity per node (default 8)"
+    )
+    up.add_argument("--prometheus", action="store_true", help="also run Prometheus scraping annotated pods")
+    up.set_defaults(run=_up)
+    actions.add_parser("down", help="stop the local cluster and delete its state").set_defaults(run=_down)
+    actions.add_parser("status", help="show the cluster's processes and nodes").set_defaults(run=_status)
+    actions.add_parser("env", help="print shell exports for kubectl and helm").set_defaults(run=_env)
+
+
+def _up(args: argparse.Namespace) -> int:
+    from kvant_dev.cluster import LocalCluster  # noqa: PLC0415 - keeps `kvant --help` light
+
+    if _state_file().exists():
+        print(f"a local cluster is already up (state in {state_dir()}); `kvant dev down` first")
+        return 1
+    shutil.rmtree(state_dir(), ignore_errors=True)
+    cluster = LocalCluster(
+        state_dir(), nodes=args.nodes, gpus_per_node=args.gpus_per_node, tied_to_parent=False
+    )
+    try:
+        cluster.start_core()
+        cluster.start_workloads()
+        if args.prometheus:
+            cluster.start_prometheus()
+    except Exception:
+        print(cluster.diagnostics())
+        cluster.stop()
+        raise
+    processes = dict(cluster.control_plane.processes)
+    if cluster.node_agent:
+        processes["node-agent"] = cluster.node_agent
+    if cluster.prometheus and cluster.prometheus.process:
+        processes["prometheus"] = cluster.prometheus.process
+    state: ClusterState = {
+        "kubeconfig": str(cluster.kubeconfig),
+        "prometheus": cluster.prometheus.url if cluster.prometheus else None,
+        # Stop order: the node agent first, so it can stop its pods gracefully.
+        "processes": {name: proc.pid for name, proc in reversed(list(processes.items()))},
+        "logs": str(cluster.control_plane.log_path("").parent),
+    }
+    _state_file().write_text(json.dumps(state, indent=2))
+    print(f"local cluster is up: {args.nodes} node(s) with {args.gpus_per_node} GPUs each")
+    _print_env(state)
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    state = _load_state()
+    if state is None:
+        print("no local cluster is up")
+        return 0
+    for name, pid in state["processes"].items():
+        stop_group(int(pid), grace_seconds=20.0 if name == "node-agent" else 10.0)
+        print(f"stopped {name} (pid {pid})")
+    shutil.rmtree(state_dir(), ignore_errors=True)
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    state = _load_state()
+    if state is None:
+        print("no local cluster is up; start one with `kvant dev up`")
+        return 1
+    healthy = True
+    for name, pid in state["processes"].items():
+        alive = _alive(int(pid))
+        healthy &= alive
+        print(f"{name:24} pid {pid:<8} {'running' if alive else 'NOT RUNNING'}")
+    print(f"logs: {state['logs']}")
+    kubectl = str(Toolchain.locate().kubectl)
+    subprocess.run(
+        [kubectl, f"--kubeconfig={state['kubeconfig']}", "get", "nodes", "-o", "wide"], check=False
+    )
+    return 0 if healthy else 1
+
+
+def _env(args: argparse.Namespace) -> int:
+    state = _load_state()
+    if state is None:
+        print("no local cluster is up; start one with `kvant dev up`")
+        return 1
+    _print_env(state)
+    return 0
+
+
+def _print_env(state: ClusterState) -> None:
+    tools = Toolchain.locate()
+    print(f"export KUBECONFIG={state['kubeconfig']}")
+    print(f"export PATH={tools.kubectl.parent}:{tools.helm.parent}:$PATH")
+    if state.get("prometheus"):
+        print(f"# prometheus: {state['prometheus']}")
+
+
+def _load_state() -> ClusterState | None:
+    path = _state_file()
+    if not path.exists():
+        return None
+    state: ClusterState = json.loads(path.read_text())
+    return state
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, signal.Signals(0))
+    except ProcessLookupError:
+        return False
+    return True

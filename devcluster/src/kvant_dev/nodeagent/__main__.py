@@ -1,0 +1,53 @@
+"""`python -m kvant_dev.nodeagent`: run the local node agent until SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import urllib.parse
+from pathlib import Path
+from types import FrameType
+
+from kubernetes import config as kube_config
+
+from kvant_dev.nodeagent.agent import AgentConfig, NodeAgent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m kvant_dev.nodeagent", description=__doc__)
+    parser.add_argument("--kubeconfig", type=Path, required=True)
+    parser.add_argument("--root", type=Path, required=True, help="folder for pod volumes and logs")
+    parser.add_argument("--pki-dir", type=Path, required=True, help="the cluster CA (signs the log endpoint)")
+    parser.add_argument("--nodes", type=int, default=1)
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--kubelet-version", default="v0.0.0")
+    parser.add_argument("--tie-pods", action="store_true", help="pods die with the agent (tests)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    api = kube_config.new_client_from_config(str(args.kubeconfig))
+    server = urllib.parse.urlparse(api.configuration.host)
+    agent = NodeAgent(
+        api,
+        AgentConfig(
+            root=args.root,
+            pki_dir=args.pki_dir,
+            apiserver_host=server.hostname or "127.0.0.1",
+            apiserver_port=server.port or 443,
+            nodes=args.nodes,
+            gpus_per_node=args.gpus_per_node,
+            kubelet_version=args.kubelet_version,
+            tied_to_parent=args.tie_pods,
+        ),
+    )
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        agent.stop()
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    agent.run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""The node agent: registers nodes, watches their pods and runs one worker thread per pod."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kvant_dev import pki
+from kvant_dev.netutil import free_port
+from kvant_dev.nodeagent.images import load_image_map
+from kvant_dev.nodeagent.informer import Informer
+from kvant_dev.nodeagent.logserver import serve_logs
+from kvant_dev.nodeagent.node import NodeHeartbeat, NodeSpec
+from kvant_dev.nodeagent.podrunner import PodContext, PodRunner
+
+Obj = dict[str, Any]
+log = logging.getLogger("kvant.nodeagent")
+_TICK, _LEASE_EVERY, _STATUS_EVERY = 0.25, 5.0, 30.0
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    root: Path
+    pki_dir: Path
+    apiserver_host: str
+    apiserver_port: int
+    nodes: int = 1
+    gpus_per_node: int = 8
+    kubelet_version: str = "v0.0.0"
+    tied_to_parent: bool = False
+
+
+class NodeAgent:
+    def __init__(self, api: client.ApiClient, config: AgentConfig) -> None:
+        self.api, self.config = api, config
+        self.core = client.CoreV1Api(api)
+        self.nodes = [self._node_spec(i) for i in range(config.nodes)]
+        self.heartbeats = [NodeHeartbeat(api, spec) for spec in self.nodes]
+        self.runners: dict[str, PodRunner] = {}  # by pod uid
+        self._ips: dict[str, str] = {}  # pod uid -> pod IP
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._workers: list[threading.Thread] = []
+        self.informers = {
+            "Pod": Informer("pods", self.core.list_pod_for_all_namespaces),
+            "ConfigMap": Informer("configmaps", self.core.list_config_map_for_all_namespaces),
+            "Secret": Informer("secrets", self.core.list_secret_for_all_namespaces),
+            "PersistentVolumeClaim": Informer(
+                "pvcs", self.core.list_persistent_volume_claim_for_all_namespaces
+            ),
+            "PersistentVolume": Informer("pvs", self.core.list_persistent_volume),
+        }
+        self.ctx = PodContext(
+            lookup=self._lookup,
+            token_source=self._token,
+            image_map=load_image_map(),
+            base_env={
+                "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+                "HOME": "/root",
+                "PYTHONUNBUFFERED": "1",
+                # No kube-proxy here: in-cluster clients reach the apiserver directly on loopback.
+                "KUBERNETES_SERVICE_HOST": config.apiserver_host,
+                "KUBERNETES_SERVICE_PORT": str(config.apiserver_port),
+                "KUBERNETES_SERVICE_PORT_HTTPS": str(config.apiserver_port),
+            },
+            root=config.root,
+            tied_to_parent=config.tied_to_parent,
+            patch_status=self._patch_status,
+        )
+
+    def _node_spec(self, index: int) -> NodeSpec:
+        host_ip = f"127.0.{10 + index}.1"
+        return NodeSpec(
+            name=f"kvant-gpu-{index}",
+            host_ip=host_ip,
+            log_port=free_port(host_ip),
+            gpus=self.config.gpus_per_node,
+            kubelet_version=self.config.kubelet_version,
+        )
+
+    def run(self) -> None:
+        for informer in self.informers.values():
+            informer.start()
+        for informer in self.informers.values():
+            informer.wait_synced()
+        for spec, heartbeat in zip(self.nodes, self.heartbeats, strict=True):
+            certs = pki.issue_serving_cert(self.config.pki_dir, spec.name, [spec.host_ip])
+            serve_logs(
+                spec.host_ip,
+                spec.log_port,
+                cert=certs.cert,
+                key=certs.key,
+                ca=self.config.pki_dir / "ca.crt",
+                locate=self._locate_log,
+            )
+            heartbeat.register()
+            log.info("node %s ready at %s with %d GPUs", spec.name, spec.host_ip, spec.gpus)
+        self._loop()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _loop(self) -> None:
+        last_lease = last_status = time.monotonic()
+        while not self._stop.wait(_TICK):
+            self._sync_pods()
+            now = time.monotonic()
+            if now - last_lease > _LEASE_EVERY:
+                self._heartbeat(lambda hb: hb.renew_lease())
+                last_lease = now
+            if now - last_status > _STATUS_EVERY:
+                self._heartbeat(lambda hb: hb.report_status())
+                last_status = now
+        for worker in self._workers:
+            worker.join(timeout=10.0)
+
+    def _heartbeat(self, action: Any) -> None:
+        for heartbeat in self.heartbeats:
+            try:
+                action(heartbeat)
+            except (ApiException, OSError) as err:
+                log.warning("heartbeat for %s failed: %s", heartbeat.spec.name, err)
+
+    def _sync_pods(self) -> None:
+        mine = {spec.name: spec for spec in self.nodes}
+        for pod in list(self.informers["Pod"].store.values()):
+            node = mine.get(pod["spec"].get("nodeName", ""))
+            uid = pod["metadata"]["uid"]
+            if node is None or uid in self.runners:
+                continue
+            if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                continue  # finished before this agent started; nothing to run
+            if pod["metadata"].get("deletionTimestamp"):
+                continue
+            runner = PodRunner(pod, self._allocate_ip(uid, node), node.host_ip, self.ctx)
+            with self._lock:
+                self.runners[uid] = runner
+            worker = threading.Thread(
+                target=self._work, args=(runner,), name=f"pod-{runner.name}", daemon=True
+            )
+            self._workers.append(worker)
+            worker.start()
+
+    def _work(self, runner: PodRunner) -> None:
+        uid = runner.pod["metadata"]["uid"]
+        try:
+            while True:
+                if self._stop.is_set():
+                    runner.terminate(grace_seconds=5.0)  # agent shutdown takes its pods along
+                    return
+                latest = self.informers["Pod"].get(runner.namespace, runner.name)
+                if latest is None or latest["metadata"]["uid"] != uid:
+                    runner.terminate(grace_seconds=0.0)  # force-deleted: nothing left to report to
+                    return
+                runner.pod["metadata"] = latest["metadata"]
+                if latest["metadata"].get("deletionTimestamp"):
+                    self._finish_deletion(runner, latest)
+                    return
+                runner.tick()
+                time.sleep(_TICK)
+        except Exception:
+            log.exception("pod worker %s/%s crashed", runner.namespace, runner.name)
+            runner.terminate(grace_seconds=0.0)
+        finally:
+            with self._lock:
+                self.runners.pop(uid, None)
+                self._ips.pop(uid, None)
+
+    def _finish_deletion(self, runner: PodRunner, pod: Obj) -> None:
+        grace = float(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
+        runner.terminate(grace)
+        runner.report()
+        # Options go in the body only: the apiserver ignores query parameters when a body is sent.
+        options = client.V1DeleteOptions(
+            grace_period_seconds=0, preconditions=client.V1Preconditions(uid=pod["metadata"]["uid"])
+        )
+        try:
+            self.core.delete_namespaced_pod(runner.name, runner.namespace, body=options)
+        except ApiException as err:
+            if err.status not in (404, 409):
+                raise
+
+    def _allocate_ip(self, uid: str, node: NodeSpec) -> str:
+        prefix = node.host_ip.rsplit(".", 1)[0]
+        with self._lock:
+            used = set(self._ips.values())
+            for host in range(2, 255):
+                candidate = f"{prefix}.{host}"
+                if candidate not in used:
+                    self._ips[uid] = candidate
+                    return candidate
+        raise RuntimeError(f"node {node.name} has no free loopback pod IPs left")
+
+    def _lookup(self, kind: str, namespace: str, name: str) -> Obj | None:
+        return self.informers[kind].get(namespace, name)
+
+    def _token(self, pod: Obj, projection: Obj) -> tuple[str, float]:
+        meta = pod["metadata"]
+        spec: Obj = {
+            "expirationSeconds": int(projection.get("expirationSeconds", 3600)),
+            "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": meta["name"], "uid": meta["uid"]},
+        }
+        if projection.get("audience"):
+            spec["audiences"] = [projection["audience"]]
+        account = pod["spec"].get("serviceAccountName") or "default"
+        result = self.core.create_namespaced_service_account_token(account, meta["namespace"], {"spec": spec})
+        return str(result.status.token), result.status.expiration_timestamp.timestamp()
+
+    def _patch_status(self, namespace: str, name: str, status: Obj) -> None:
+        try:
+            self.core.patch_namespaced_pod_status(name, namespace, {"status": status})
+        except ApiException as err:
+            if err.status != 404:
+                log.warning("status update for %s/%s failed: %s", namespace, name, err.reason)
+
+    def _locate_log(self, namespace: str, pod: str, container: str, previous: bool) -> Path | None:
+        for runner in list(self.runners.values()):
+            if (runner.namespace, runner.name) == (namespace, pod):
+                for c in [*runner.init_containers, *runner.containers]:
+                    if c.name == container:
+                        restart = c.restart_count - 1 if previous else c.restart_count
+                        return runner.log_dir / f"{container}.{restart}.log"
+        return None

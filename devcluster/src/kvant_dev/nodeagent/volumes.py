@@ -1,0 +1,161 @@
+"""Pod volumes as host folders: emptyDir, hostPath, PVCs on hostPath/local PVs, and
+ConfigMap/Secret/downwardAPI/projected files refreshed in place like the kubelet
+(new content goes to a fresh folder and the `..data` symlink is swapped atomically)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvant_dev.nodeagent.fieldrefs import Lookup, field_value, object_data
+
+Obj = dict[str, Any]
+TokenSource = Callable[[Obj, Obj], tuple[str, float]]  # (pod, projection) -> (token, expires_at)
+_REFRESHED = ("configMap", "secret", "downwardAPI", "projected")
+
+
+class VolumeNotReadyError(RuntimeError):
+    """A volume cannot be set up yet (missing object, unbound claim); the pod waits."""
+
+
+@dataclass
+class PodVolumes:
+    pod: Obj
+    root: Path
+    lookup: Lookup
+    token_source: TokenSource
+    host_paths: dict[str, Path] = field(default_factory=dict)
+    read_only: dict[str, bool] = field(default_factory=dict)
+    _written: dict[str, dict[str, bytes]] = field(default_factory=dict)
+    _tokens: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
+
+    def setup(self) -> None:
+        for volume in self.pod["spec"].get("volumes", []):
+            self.host_paths[volume["name"]] = self._materialize(volume)
+
+    def refresh(self) -> None:
+        """Rewrite file-backed volumes whose source objects changed since the last write."""
+        for volume in self.pod["spec"].get("volumes", []):
+            if any(kind in volume for kind in _REFRESHED):
+                self._write_files(volume["name"], self._files_for(volume))
+
+    def _materialize(self, volume: Obj) -> Path:
+        name = str(volume["name"])
+        if "emptyDir" in volume:
+            path = self.root / "empty" / name
+            path.mkdir(parents=True, exist_ok=True)
+            return path
+        if "hostPath" in volume:
+            path = Path(volume["hostPath"]["path"])
+            if volume["hostPath"].get("type") in ("DirectoryOrCreate", None, ""):
+                path.mkdir(parents=True, exist_ok=True)
+            return path
+        if "persistentVolumeClaim" in volume:
+            claim = volume["persistentVolumeClaim"]
+            self.read_only[name] = bool(claim.get("readOnly", False))
+            return self._claim_path(str(claim["claimName"]))
+        if any(kind in volume for kind in _REFRESHED):
+            self._write_files(name, self._files_for(volume))
+            return self.root / "files" / name
+        raise VolumeNotReadyError(
+            f"volume {name!r}: type {sorted(set(volume) - {'name'})} is not supported locally"
+        )
+
+    def _claim_path(self, claim_name: str) -> Path:
+        namespace = self.pod["metadata"]["namespace"]
+        claim = self.lookup("PersistentVolumeClaim", namespace, claim_name)
+        if claim is None:
+            raise VolumeNotReadyError(f"PersistentVolumeClaim {namespace}/{claim_name} not found")
+        pv_name = claim.get("spec", {}).get("volumeName")
+        pv = self.lookup("PersistentVolume", "", pv_name) if pv_name else None
+        if pv is None:
+            raise VolumeNotReadyError(f"PersistentVolumeClaim {namespace}/{claim_name} is not bound yet")
+        source = pv["spec"].get("hostPath") or pv["spec"].get("local")
+        if not source:
+            raise VolumeNotReadyError(f"PersistentVolume {pv_name} is neither hostPath nor local")
+        path = Path(source["path"])
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _files_for(self, volume: Obj) -> dict[str, bytes]:
+        if "projected" in volume:
+            files: dict[str, bytes] = {}
+            for source in volume["projected"].get("sources", []):
+                files.update(self._source_files(source))
+            return files
+        return self._source_files(volume)
+
+    def _source_files(self, source: Obj) -> dict[str, bytes]:
+        namespace = self.pod["metadata"]["namespace"]
+        for kind, key, name_field in (("ConfigMap", "configMap", "name"), ("Secret", "secret", "secretName")):
+            if key in source:
+                ref = source[key]
+                ref_name = ref.get(name_field) or ref.get("name")
+                obj = self.lookup(kind, namespace, ref_name)
+                if obj is None:
+                    if ref.get("optional"):
+                        return {}
+                    raise VolumeNotReadyError(f"{kind} {namespace}/{ref_name} not found")
+                return _select_items(_raw_data(obj), ref.get("items"))
+        if "downwardAPI" in source:
+            return {
+                item["path"]: field_value(self.pod, item["fieldRef"]["fieldPath"]).encode()
+                for item in source["downwardAPI"].get("items", [])
+                if "fieldRef" in item
+            }
+        if "serviceAccountToken" in source:
+            projection = source["serviceAccountToken"]
+            return {projection["path"]: self._token(projection).encode()}
+        raise VolumeNotReadyError(f"volume source {sorted(source)} is not supported locally")
+
+    def _token(self, projection: Obj) -> str:
+        cache_key = (projection.get("audience", ""), projection["path"])
+        token, expires_at = self._tokens.get(cache_key, ("", 0.0))
+        lifetime = float(projection.get("expirationSeconds", 3600))
+        if time.time() > expires_at - 0.2 * lifetime:  # refresh at 80% of life, like the kubelet
+            token, expires_at = self.token_source(self.pod, projection)
+            self._tokens[cache_key] = (token, expires_at)
+        return token
+
+    def _write_files(self, name: str, files: dict[str, bytes]) -> None:
+        if self._written.get(name) == files:
+            return
+        target = self.root / "files" / name
+        target.mkdir(parents=True, exist_ok=True)
+        stamp = f"..{time.time_ns()}"
+        for rel, content in files.items():
+            path = target / stamp / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
+        tmp_link = target / "..data_tmp"
+        tmp_link.unlink(missing_ok=True)
+        tmp_link.symlink_to(stamp)
+        os.replace(tmp_link, target / "..data")
+        for rel in {r.split("/", 1)[0] for r in files}:
+            link = target / rel
+            if not link.is_symlink():
+                link.symlink_to(Path("..data") / rel)
+        for old in target.glob("..[0-9]*"):
+            if old.name != stamp:
+                shutil.rmtree(old, ignore_errors=True)
+        self._written[name] = files
+
+
+def _raw_data(obj: Obj) -> dict[str, bytes]:
+    if "type" in obj:  # Secret data is base64 on the wire
+        return {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
+    data = {k: v.encode() for k, v in object_data(obj).items()}
+    data.update({k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
+    return data
+
+
+def _select_items(data: dict[str, bytes], items: list[Obj] | None) -> dict[str, bytes]:
+    if not items:
+        return data
+    return {item["path"]: data[item["key"]] for item in items if item["key"] in data}

@@ -1,0 +1,96 @@
+"""A supervised child process with its own log file and a clean, group-wide stop."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+# setpriv (util-linux) arms the parent-death signal before exec, so tests leave no orphans even
+# if pytest itself is SIGKILLed; unlike preexec_fn it is safe to use from threads.
+_DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "SIGKILL", "--"]
+
+
+class ManagedProcess:
+    """Runs one command in its own session; stop() signals the whole process group."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_path: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        tied_to_parent: bool = True,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("ab") as log:
+            self.popen = subprocess.Popen(
+                [*_DIE_WITH_PARENT, *self.argv] if tied_to_parent else self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=dict(env) if env is not None else None,
+                cwd=cwd,
+                start_new_session=True,
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def running(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self, grace_seconds: float = 10.0) -> int | None:
+        return stop_group(self.popen.pid, grace_seconds, wait=self.popen.wait)
+
+    def log_tail(self, lines: int = 40) -> str:
+        return tail(self.log_path, lines)
+
+
+def stop_group(pid: int, grace_seconds: float, wait: Callable[[float], int] | None = None) -> int | None:
+    """SIGTERM the process group, then SIGKILL it after the grace period."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_seconds
+    code: int | None = None
+    while time.monotonic() < deadline:
+        code = _reap(pid, wait)
+        if code is not None or not _alive(pid):
+            break
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    return code if code is not None else _reap(pid, wait, block=True)
+
+
+def _reap(pid: int, wait: Callable[[float], int] | None, block: bool = False) -> int | None:
+    if wait is None:
+        return None
+    try:
+        return wait(5.0 if block else 0.001)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def tail(path: Path, lines: int) -> str:
+    if not path.exists():
+        return f"(no log at {path})"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])

@@ -1,0 +1,63 @@
+"""Where the pinned cluster binaries live once hack/toolchain.sh has built them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+_VERSIONS_FILE = Path(__file__).with_name("versions.env")
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("KVANT_CACHE", Path.home() / ".cache" / "kvant"))
+
+
+def pinned_versions() -> dict[str, str]:
+    versions: dict[str, str] = {}
+    for line in _VERSIONS_FILE.read_text().splitlines():
+        if line and not line.startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            versions[key.strip()] = value.strip()
+    return versions
+
+
+class MissingBinaryError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    etcd: Path
+    kube_apiserver: Path
+    kube_controller_manager: Path
+    kube_scheduler: Path
+    helm: Path
+    prometheus: Path
+    kubectl: Path
+
+    @classmethod
+    def locate(cls) -> Toolchain:
+        v = pinned_versions()
+        bin_dir = cache_dir() / "bin"
+        kube = bin_dir / f"kube-{v['KUBE_VERSION']}"
+        venv_kubectl = Path(sys.executable).parent / "kubectl"
+        toolchain = cls(
+            etcd=bin_dir / f"etcd-{v['ETCD_VERSION']}" / "etcd",
+            kube_apiserver=kube / "kube-apiserver",
+            kube_controller_manager=kube / "kube-controller-manager",
+            kube_scheduler=kube / "kube-scheduler",
+            helm=bin_dir / f"helm-{v['HELM_VERSION']}" / "helm",
+            prometheus=bin_dir / "prometheus-deb" / "usr" / "bin" / "prometheus",
+            kubectl=venv_kubectl if venv_kubectl.exists() else Path(shutil.which("kubectl") or venv_kubectl),
+        )
+        missing = [str(p) for p in vars(toolchain).values() if not Path(p).is_file()]
+        if missing:
+            raise MissingBinaryError(
+                "local cluster binaries are missing: "
+                + ", ".join(missing)
+                + "; run `bash hack/toolchain.sh` (or `make tools`)"
+            )
+        return toolchain

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Obtains every binary the local cluster needs, pinned, into a version-keyed
+# cache outside the repo. A cold run builds Go binaries (tens of minutes on
+# 2 cores); a warm run only checks that each binary is there.
+set -euo pipefail
+
+# shellcheck source=../devcluster/src/kvant_dev/versions.env
+source "$(dirname "$0")/../devcluster/src/kvant_dev/versions.env"
+CACHE="${KVANT_CACHE:-$HOME/.cache/kvant}"
+BIN="$CACHE/bin"
+mkdir -p "$BIN"
+
+log() { printf '[toolchain %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# A wrapper module is needed because k8s.io/kubernetes and etcd replace their
+# sibling modules with relative paths, which `go install` refuses. The replace
+# list is derived from the upstream go.mod so a version bump needs no edits.
+wrapper_replaces() { # $1 module@version, $2 version for the siblings
+  local gomod
+  gomod=$(go mod download -json "$1" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
+  # Only lines of a `replace (` block that point at a relative path qualify.
+  awk -v v="$2" '$2 == "=>" && $3 ~ /^\.\.?\// {print "replace " $1 " => " $1 " " v}' "$gomod"
+}
+
+build_kube() {
+  local out="$BIN/kube-$KUBE_VERSION"
+  if [[ -x "$out/kube-apiserver" && -x "$out/kube-controller-manager" && -x "$out/kube-scheduler" ]]; then return; fi
+  log "building kube-apiserver, kube-controller-manager, kube-scheduler $KUBE_VERSION (cold: ~20-40 min on 2 cores)"
+  local work; work=$(mktemp -d)
+  local minor="${KUBE_VERSION#v1.}"; local staging="v0.${minor}"
+  {
+    echo "module kvant.local/kubebuild"; echo "go 1.26"
+    echo "require k8s.io/kubernetes $KUBE_VERSION"
+    wrapper_replaces "k8s.io/kubernetes@$KUBE_VERSION" "$staging"
+  } > "$work/go.mod"
+  local major_minor="${KUBE_VERSION%.*}"
+  local ld="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION"
+  ld+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${major_minor#v1.}"
+  ld+=" -X k8s.io/component-base/version.gitTreeState=clean"
+  (cd "$work" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$work/out/" \
+      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler)
+  mkdir -p "$out.tmp" && mv "$work"/out/* "$out.tmp/" && rm -rf "$out" && mv "$out.tmp" "$out"
+  rm -rf "$work"
+}
+
+build_etcd() {
+  local out="$BIN/etcd-$ETCD_VERSION"
+  if [[ -x "$out/etcd" ]]; then return; fi
+  log "building etcd $ETCD_VERSION"
+  local work; work=$(mktemp -d)
+  {
+    echo "module kvant.local/etcdbuild"; echo "go 1.26"
+    echo "require go.etcd.io/etcd/server/v3 $ETCD_VERSION"
+    wrapper_replaces "go.etcd.io/etcd/server/v3@$ETCD_VERSION" "$ETCD_VERSION"
+  } > "$work/go.mod"
+  (cd "$work" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/etcd" go.etcd.io/etcd/server/v3)
+  mkdir -p "$out" && mv "$work/etcd" "$out/etcd.tmp" && mv "$out/etcd.tmp" "$out/etcd"
+  rm -rf "$work"
+}
+
+build_helm() {
+  local out="$BIN/helm-$HELM_VERSION"
+  if [[ -x "$out/helm" ]]; then return; fi
+  log "building helm $HELM_VERSION"
+  GOBIN="$out.tmp" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  rm -rf "$out" && mv "$out.tmp" "$out"
+}
+
+fetch_prometheus() {
+  local out="$BIN/prometheus-deb"
+  if [[ -x "$out/usr/bin/prometheus" ]]; then return; fi
+  log "unpacking Debian's prometheus package (no daemon is installed)"
+  local work; work=$(mktemp -d)
+  (cd "$work" && { apt-get download prometheus 2>/dev/null || { apt-get update -qq && apt-get download prometheus; }; })
+  dpkg -x "$work"/prometheus_*.deb "$out.tmp"
+  rm -rf "$out" && mv "$out.tmp" "$out" && rm -rf "$work"
+}
+
+build_etcd
+build_kube
+build_helm
+fetch_prometheus
+log "binaries ready in $BIN"

@@ -1,0 +1,1 @@
+"""Kvant numeric core: one module per numeric format."""

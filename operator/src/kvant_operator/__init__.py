@@ -1,0 +1,1 @@
+"""Kvant control plane: API models, planner, renderers and kopf handlers (never imports torch)."""

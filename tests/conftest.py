@@ -1,0 +1,83 @@
+"""Shared fixtures: one real local cluster per test session, started only as far as tests need.
+
+`apiserver` starts etcd + kube-apiserver; `cluster` adds the controller-manager, the scheduler and
+the node agent to the same cluster; `prometheus_factory` runs real Prometheus servers on demand.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from kvant_dev.cluster import LocalCluster
+from kvant_dev.prometheus import Prometheus, static_job
+from kvant_dev.toolchain import Toolchain
+
+_session_cluster: LocalCluster | None = None
+
+
+def _report(what: str, started: float) -> None:
+    sys.stderr.write(f"\n[fixture] {what} started in {time.monotonic() - started:.1f}s\n")
+
+
+@pytest.fixture(scope="session")
+def toolchain() -> Toolchain:
+    return Toolchain.locate()
+
+
+@pytest.fixture(scope="session")
+def apiserver(tmp_path_factory: pytest.TempPathFactory, toolchain: Toolchain) -> Iterator[LocalCluster]:
+    global _session_cluster  # noqa: PLW0603 - the failure hook below needs the live cluster
+    started = time.monotonic()
+    cluster = LocalCluster(tmp_path_factory.mktemp("cluster"), toolchain=toolchain)
+    _session_cluster = cluster
+    try:
+        cluster.start_core()
+        _report("etcd + kube-apiserver", started)
+        versions = cluster.control_plane.versions()
+        sys.stderr.write(
+            "[fixture] component versions:\n" + "".join(f"  {k}: {v}\n" for k, v in versions.items())
+        )
+        yield cluster
+    finally:
+        cluster.stop()
+        _session_cluster = None
+
+
+@pytest.fixture(scope="session")
+def cluster(apiserver: LocalCluster) -> LocalCluster:
+    started = time.monotonic()
+    apiserver.start_workloads()
+    _report("controller-manager + scheduler + node agent", started)
+    return apiserver
+
+
+@pytest.fixture
+def prometheus_factory(tmp_path: Path, toolchain: Toolchain) -> Iterator[Callable[[list[str]], Prometheus]]:
+    servers: list[Prometheus] = []
+
+    def start(targets: list[str]) -> Prometheus:
+        started = time.monotonic()
+        server = Prometheus(
+            toolchain.prometheus, tmp_path / f"prometheus-{len(servers)}", [static_job("test", targets)]
+        )
+        servers.append(server)
+        server.start()
+        _report("prometheus", started)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and _session_cluster is not None and "apiserver" in getattr(item, "fixturenames", ()):
+        report.sections.append(("local cluster logs (tail)", _session_cluster.diagnostics()))
