@@ -1,0 +1,135 @@
+"""BF16 vs FP8 KV: throughput against concurrency for a 1T-class MLA model, in virtual time.
+
+The KV capacity and bytes per token come from the planner (`kvant plan --json`
+on a Kimi-K2-shaped config, INT4 experts, 8 x H200), read the way
+`kvant sim --plan` reads them. Each concurrency level runs a closed loop:
+N clients each send a long-prompt request and send the next as soon as the
+previous one finishes. The engine is the simulator's own (`kvant_runtime.sim`),
+driven on a virtual clock, so the sweep is deterministic and takes seconds.
+
+    python bench/engine_sim/sweep.py [--json results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from kvant_runtime.sim.cost import CostModel
+from kvant_runtime.sim.engine import Engine, EngineConfig, Request
+from kvant_runtime.sim.plan import PlanCapacity, read_plan_capacity
+
+HERE = Path(__file__).parent
+CONCURRENCY = (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128)
+PROMPT_TOKENS = 24_000
+OUTPUT_TOKENS = 2_000
+WARMUP_S = 120.0
+MEASURE_S = 600.0
+
+
+@dataclass
+class Point:
+    concurrency: int
+    output_tokens_per_s: float
+    retractions: int
+    mean_running: float
+
+
+def plan(kv_dtype: str) -> PlanCapacity:
+    """The planner's capacity for the bench model with this KV dtype."""
+    command = ["kvant", "plan", "--config", str(HERE / "kimi_k2_config.json"), "--tp", "8"]
+    command += ["--gpu-memory-gib", "141", "--weights", "int4", "--group-size", "32"]
+    command += ["--kv-dtype", kv_dtype, "--json"]
+    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as handle:
+        handle.write(out)
+        handle.flush()
+        return read_plan_capacity(Path(handle.name))
+
+
+def run_closed_loop(capacity: PlanCapacity, concurrency: int) -> Point:
+    cost = CostModel(kv_bytes_per_token=capacity.kv_bytes_per_token or CostModel.kv_bytes_per_token)
+    config = EngineConfig(
+        kv_tokens=capacity.kv_tokens, max_running_requests=256, context_length=131072, cost=cost
+    )
+    engine = Engine(config)
+    sent = 0
+
+    def send(now: float) -> Request:
+        nonlocal sent
+        sent += 1
+        return engine.submit(f"r{sent}", PROMPT_TOKENS, OUTPUT_TOKENS, now, prompt_key=str(sent))
+
+    for _ in range(concurrency):
+        send(0.0)
+    now, tokens, retractions, running_time = 0.0, 0, 0, 0.0
+    end = WARMUP_S + MEASURE_S
+    while now < end:
+        step = engine.step(now)
+        assert step is not None, "a closed loop never idles"
+        if now >= WARMUP_S:
+            tokens += len(step.tokens)
+            retractions += len(step.retracted)
+            running_time += len(engine.running) * step.duration
+        now = step.end
+        for _ in step.finished:
+            send(now)
+    return Point(concurrency, tokens / MEASURE_S, retractions, running_time / MEASURE_S)
+
+
+def summarize(points: list[Point]) -> dict[str, float]:
+    """Where a curve saturates: the largest batch the KV cache holds, and the first level that retracts."""
+    retracting = [p.concurrency for p in points if p.retractions]
+    return {
+        "max_running": max(p.mean_running for p in points),
+        "first_retracting_concurrency": retracting[0] if retracting else float("nan"),
+        "peak_tokens_per_s": max(p.output_tokens_per_s for p in points),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--json", type=Path, help="write every point and the summary here")
+    args = parser.parse_args()
+    curves: dict[str, list[Point]] = {}
+    capacities = {dtype: plan(dtype) for dtype in ("bf16", "fp8_e4m3")}
+    print(f"prompt {PROMPT_TOKENS} + output {OUTPUT_TOKENS} tokens, {MEASURE_S:.0f} s measured per point")
+    for dtype, capacity in capacities.items():
+        print(f"\n{dtype}: {capacity.kv_tokens} KV tokens, {capacity.kv_bytes_per_token} B/token/GPU")
+        print(f"{'concurrency':>11} {'tok/s':>8} {'running':>8} {'retractions':>11}")
+        curves[dtype] = [run_closed_loop(capacity, c) for c in CONCURRENCY]
+        for p in curves[dtype]:
+            tokens_per_s, running = f"{p.output_tokens_per_s:>8.0f}", f"{p.mean_running:>8.1f}"
+            print(f"{p.concurrency:>11} {tokens_per_s} {running} {p.retractions:>11}")
+    bf16, fp8 = summarize(curves["bf16"]), summarize(curves["fp8_e4m3"])
+    summary = {
+        "bf16": bf16,
+        "fp8_e4m3": fp8,
+        "max_running_ratio": fp8["max_running"] / bf16["max_running"],
+        "peak_throughput_ratio": fp8["peak_tokens_per_s"] / bf16["peak_tokens_per_s"],
+    }
+    print(
+        f"\nlargest running batch: BF16 {bf16['max_running']:.1f}, FP8 {fp8['max_running']:.1f} "
+        f"({summary['max_running_ratio']:.2f}x); first retractions at concurrency "
+        f"{bf16['first_retracting_concurrency']} (BF16) and {fp8['first_retracting_concurrency']} (FP8)"
+    )
+    print(
+        f"peak throughput: BF16 {bf16['peak_tokens_per_s']:.0f} tok/s, "
+        f"FP8 {fp8['peak_tokens_per_s']:.0f} tok/s "
+        f"({summary['peak_throughput_ratio']:.2f}x)"
+    )
+    if args.json:
+        points = {d: [asdict(p) for p in ps] for d, ps in curves.items()}
+        args.json.write_text(json.dumps({"points": points, "summary": summary}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The SGLang launcher (`kvant launch`): plan -> validated SGLang argv -> exec."""

@@ -1,0 +1,88 @@
+"""The SGLang command line for one serving pod, built from a launch spec.
+
+`--quantization` is passed only where SGLang's auto-detection from the
+checkpoint's `config.json` would be wrong: SGLang reads
+`quantization_config.quant_method` and picks the kernels itself (Marlin for
+compressed-tensors INT4, block FP8 for FP8 checkpoints). The one case it cannot
+detect is FP8 weights from a checkpoint that carries no quantization config,
+which SGLang quantizes online with `--quantization fp8`. A checkpoint whose
+config contradicts `weightsFormat` is refused before any GPU time is spent.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kvant_runtime.launch.spec import LaunchSpec, SpecError
+
+# What SGLang's config.json `quant_method` must be for each weights format (None: not quantized).
+CHECKPOINT_METHODS: dict[str, tuple[str | None, ...]] = {
+    "int4": ("compressed-tensors",),
+    "fp8": ("fp8", "compressed-tensors", None),
+    "bf16": (None,),
+}
+
+
+def checkpoint_quant_method(model_path: Path) -> str | None:
+    """`quantization_config.quant_method` of the checkpoint, None when it is not quantized."""
+    config_path = model_path / "config.json"
+    try:
+        config = json.loads(config_path.read_text())
+    except FileNotFoundError:
+        raise SpecError(f"modelPath {model_path} has no config.json; is it a checkpoint folder?") from None
+    except (OSError, json.JSONDecodeError) as error:
+        raise SpecError(f"cannot read {config_path}: {error}") from None
+    quant = config.get("quantization_config")
+    return None if quant is None else str(quant.get("quant_method"))
+
+
+def quantization_flag(weights_format: str, quant_method: str | None) -> list[str]:
+    if quant_method not in CHECKPOINT_METHODS[weights_format]:
+        found = f"quant_method {quant_method!r}" if quant_method else "no quantization_config"
+        raise SpecError(
+            f"weightsFormat is {weights_format}, but the checkpoint's config.json has {found}; "
+            f"{weights_format} needs quant_method in {list(CHECKPOINT_METHODS[weights_format])}"
+        )
+    if weights_format == "fp8" and quant_method is None:
+        return ["--quantization", "fp8"]
+    return []
+
+
+def kvant_argv(spec: LaunchSpec, quant_method: str | None) -> list[str]:
+    """The flags Kvant derives from the plan, before the passthrough engineArgs."""
+    argv = ["--model-path", spec.modelPath, "--served-model-name", spec.servedModelName]
+    argv += ["--tp-size", str(spec.tensorParallel), "--kv-cache-dtype", spec.kvCacheDtype]
+    argv += quantization_flag(spec.weightsFormat, quant_method)
+    optional = {
+        "--mem-fraction-static": spec.memFractionStatic,
+        "--max-running-requests": spec.maxRunningRequests,
+        "--max-total-tokens": spec.maxTotalTokens,
+        "--page-size": spec.pageSize,
+    }
+    for flag, value in optional.items():
+        if value is not None:
+            argv += [flag, str(value)]
+    if spec.disaggregationRole is not None:
+        argv += ["--disaggregation-mode", spec.disaggregationRole]
+        argv += ["--disaggregation-transfer-backend", spec.transferBackend]
+    return [*argv, "--enable-metrics", "--host", spec.host, "--port", str(spec.port)]
+
+
+# Which launch-spec field owns each flag Kvant sets, for errors about engineArgs that set one too.
+FLAG_OWNERS = {
+    "model_path": "modelPath",
+    "served_model_name": "servedModelName",
+    "tp_size": "tensorParallel",
+    "kv_cache_dtype": "kvCacheDtype",
+    "quantization": "weightsFormat",
+    "mem_fraction_static": "memFractionStatic",
+    "max_running_requests": "maxRunningRequests",
+    "max_total_tokens": "maxTotalTokens",
+    "page_size": "pageSize",
+    "disaggregation_mode": "disaggregationRole",
+    "disaggregation_transfer_backend": "transferBackend",
+    "enable_metrics": "(always on)",
+    "host": "host",
+    "port": "port",
+}

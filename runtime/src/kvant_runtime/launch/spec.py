@@ -1,0 +1,116 @@
+"""The launch spec: what `kvant launch` reads, rendered by the operator into a ConfigMap.
+
+A JSON or YAML object with the plan's decisions for one serving pod. Field
+names are the CRD's (`tensorParallel`, `memFractionStatic`, `engineArgs`, ...):
+
+    modelPath: /artifacts/qwen3-int4        # the artifact folder (required)
+    servedModelName: qwen3                  # required
+    weightsFormat: int4                     # bf16 | fp8 | int4 (required)
+    kvCacheDtype: fp8_e4m3                  # auto | bf16 | fp8_e4m3 | fp8_e5m2
+    tensorParallel: 8
+    artifactDigest: sha256:...              # the manifest must match; null = check it if present
+    memFractionStatic: 0.88                 # null = SGLang decides
+    maxRunningRequests: 256                 # outer safety bounds; null = SGLang decides
+    maxTotalTokens: 900000
+    pageSize: null
+    disaggregationRole: null                # prefill | decode (PD disaggregation)
+    transferBackend: mooncake               # PD KV transfer backend
+    host: 0.0.0.0
+    port: 30000
+    engineArgs: []                          # passthrough, validated by SGLang's parser
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+WEIGHTS_FORMATS = ("bf16", "fp8", "int4")
+KV_CACHE_DTYPES = ("auto", "bf16", "fp8_e4m3", "fp8_e5m2")
+DISAGGREGATION_ROLES = ("prefill", "decode")
+
+
+class SpecError(ValueError):
+    """The launch spec is invalid; the message names the field and what would be valid."""
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """The fields keep the CRD's camelCase names, so a spec file reads like the resource."""
+
+    modelPath: str
+    servedModelName: str
+    weightsFormat: str
+    kvCacheDtype: str = "auto"
+    tensorParallel: int = 1
+    artifactDigest: str | None = None
+    memFractionStatic: float | None = None
+    maxRunningRequests: int | None = None
+    maxTotalTokens: int | None = None
+    pageSize: int | None = None
+    disaggregationRole: str | None = None
+    transferBackend: str = "mooncake"
+    host: str = "0.0.0.0"
+    port: int = 30000
+    engineArgs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _one_of("weightsFormat", self.weightsFormat, WEIGHTS_FORMATS)
+        _one_of("kvCacheDtype", self.kvCacheDtype, KV_CACHE_DTYPES)
+        if self.disaggregationRole is not None:
+            _one_of("disaggregationRole", self.disaggregationRole, DISAGGREGATION_ROLES)
+        for name in ("tensorParallel", "maxRunningRequests", "maxTotalTokens", "pageSize", "port"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise SpecError(f"{name} must be a positive integer, got {value!r}")
+        fraction = self.memFractionStatic
+        if fraction is not None and not (isinstance(fraction, int | float) and 0 < fraction < 1):
+            raise SpecError(
+                f"memFractionStatic must be a number between 0 and 1 (exclusive), got {fraction!r}"
+            )
+        if not all(isinstance(arg, str) for arg in self.engineArgs):
+            raise SpecError(f"engineArgs must be a list of strings, got {list(self.engineArgs)!r}")
+
+
+def load_spec(path: Path) -> LaunchSpec:
+    try:
+        text = path.read_text()
+        raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError) as error:
+        raise SpecError(f"cannot read the launch spec {path}: {error}") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"{path}: a launch spec is a mapping of fields, got {type(raw).__name__}")
+    return spec_from_dict(raw, source=str(path))
+
+
+def spec_from_dict(raw: dict[str, Any], source: str = "launch spec") -> LaunchSpec:
+    known = {f.name for f in fields(LaunchSpec)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise SpecError(
+            f"{source}: unknown field(s) {', '.join(unknown)}; valid fields: {', '.join(sorted(known))}"
+        )
+    required = [
+        f.name for f in fields(LaunchSpec) if f.name in ("modelPath", "servedModelName", "weightsFormat")
+    ]
+    missing = [name for name in required if not raw.get(name)]
+    if missing:
+        raise SpecError(f"{source}: missing required field(s) {', '.join(missing)}")
+    values = dict(raw)
+    if "engineArgs" in values:
+        if not isinstance(values["engineArgs"], list):
+            raise SpecError(f"{source}: engineArgs must be a list of strings, got {values['engineArgs']!r}")
+        values["engineArgs"] = tuple(values["engineArgs"])
+    try:
+        return LaunchSpec(**values)
+    except SpecError as error:
+        raise SpecError(f"{source}: {error}") from None
+
+
+def _one_of(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise SpecError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")

@@ -1,0 +1,1 @@
+"""The SGLang-compatible engine simulator (`kvant sim`, `serving.engine: simulator`)."""

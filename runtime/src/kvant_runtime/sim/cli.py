@@ -1,0 +1,103 @@
+"""`kvant sim`: serve the engine simulator."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "sim",
+        help="serve the SGLang-compatible engine simulator (no GPU)",
+        description="An SGLang-compatible engine simulator: same HTTP API and metrics, simulated KV cache.",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument("--model-name", required=True, help="served model name (metrics label model_name)")
+    capacity = parser.add_mutually_exclusive_group(required=True)
+    capacity.add_argument("--kv-tokens", type=int, help="KV cache capacity in tokens")
+    capacity.add_argument(
+        "--plan", type=Path, help="`kvant plan --json` output; capacity = kv_tokens_per_replica"
+    )
+    parser.add_argument("--max-running-requests", type=int, default=256)
+    parser.add_argument("--context-length", type=int, default=131072)
+    parser.add_argument(
+        "--max-prefill-tokens", type=int, default=16384, help="prompt tokens per prefill batch"
+    )
+    parser.add_argument(
+        "--new-token-ratio",
+        type=float,
+        default=0.0,
+        help="KV reserved per output token still to come (SGLang new_token_ratio; 0: prompt only)",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    cost = parser.add_argument_group("cost model (see kvant_runtime.sim.cost)")
+    cost.add_argument(
+        "--decode-base-ms", type=float, default=10.0, help="decode step time at batch 1, no context"
+    )
+    cost.add_argument(
+        "--decode-per-request-ms", type=float, default=0.5, help="added per request in the batch"
+    )
+    cost.add_argument(
+        "--kv-bytes-per-token", type=int, help="KV bytes per token per GPU (default: the plan's)"
+    )
+    cost.add_argument("--kv-read-gbps", type=float, default=3500.0, help="effective KV read bandwidth, GB/s")
+    cost.add_argument(
+        "--prefill-per-token-us", type=float, default=20.0, help="prefill time per prompt token"
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from aiohttp import web  # noqa: PLC0415
+
+    from kvant_runtime.sim.cost import CostModel  # noqa: PLC0415
+    from kvant_runtime.sim.engine import Engine, EngineConfig  # noqa: PLC0415
+    from kvant_runtime.sim.plan import PlanError, read_plan_capacity  # noqa: PLC0415
+    from kvant_runtime.sim.server import ServerInfo, SimServer  # noqa: PLC0415
+
+    kv_tokens, kv_bytes, dtype, page_size = args.kv_tokens, args.kv_bytes_per_token, "auto", 1
+    if args.plan is not None:
+        try:
+            plan = read_plan_capacity(args.plan)
+        except PlanError as error:
+            print(f"kvant sim: {error}", file=sys.stderr)
+            return 2
+        kv_tokens, dtype, page_size = plan.kv_tokens, plan.kv_cache_dtype, plan.page_size
+        kv_bytes = kv_bytes or plan.kv_bytes_per_token
+    for flag, value in (("--kv-tokens", kv_tokens), ("--max-running-requests", args.max_running_requests)):
+        if value <= 0:
+            print(f"kvant sim: {flag} must be a positive integer, got {value}", file=sys.stderr)
+            return 2
+    cost = CostModel(
+        decode_base_s=args.decode_base_ms / 1e3,
+        decode_per_request_s=args.decode_per_request_ms / 1e3,
+        kv_bytes_per_token=kv_bytes or CostModel.kv_bytes_per_token,
+        kv_read_bytes_per_s=args.kv_read_gbps * 1e9,
+        prefill_per_token_s=args.prefill_per_token_us / 1e6,
+    )
+    config = EngineConfig(
+        kv_tokens=kv_tokens,
+        max_running_requests=args.max_running_requests,
+        context_length=args.context_length,
+        max_prefill_tokens=args.max_prefill_tokens,
+        new_token_ratio=args.new_token_ratio,
+        seed=args.seed,
+        cost=cost,
+    )
+    server = SimServer(Engine(config), ServerInfo(args.model_name, dtype, page_size))
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("kvant.sim").info(
+        "event=sim.start host=%s port=%d model=%s kv_tokens=%d max_running_requests=%d kv_bytes_per_token=%d",
+        args.host,
+        args.port,
+        args.model_name,
+        kv_tokens,
+        args.max_running_requests,
+        cost.kv_bytes_per_token,
+    )
+    web.run_app(server.app(), host=args.host, port=args.port, print=None, access_log=None)
+    return 0

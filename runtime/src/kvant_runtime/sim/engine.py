@@ -1,0 +1,220 @@
+"""The simulated SGLang scheduler: a discrete-event core with no clock of its own.
+
+`Engine.step(now)` runs one scheduler iteration the way SGLang's event loop
+does: if waiting requests can be admitted it runs a prefill batch, otherwise
+one decode step of the running batch. It returns what happened and how long
+the step takes under the cost model. The HTTP server drives it in real time
+(it sleeps for each step's duration); the benchmark drives it in virtual time
+(it adds the duration to a counter). One engine model, two clocks.
+
+KV accounting follows SGLang's token pool:
+- a running request holds `prompt + output` KV slots (the newest token's KV
+  is written by the next decode step, which allocates one slot per request);
+- admission is first-come first-served and stops at the first request whose
+  prompt (plus `new_token_ratio` x the output still to come, for it and for
+  every running request) does not fit the free KV;
+- when a decode step finds fewer free slots than running requests, requests
+  are retracted, fewest generated tokens first, then longest prompt: their KV
+  is freed, they return to the front of the queue, and their progress in the
+  cache is lost; re-admission recomputes prefill over prompt + the tokens
+  already generated (those tokens were sent and stay valid, as in SGLang).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from kvant_runtime.sim.cost import CostModel
+from kvant_runtime.sim.text import VOCAB_SIZE
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    kv_tokens: int
+    max_running_requests: int
+    context_length: int
+    max_prefill_tokens: int = 16384
+    new_token_ratio: float = 0.0
+    seed: int = 0
+    cost: CostModel = field(default_factory=CostModel)
+
+
+@dataclass(eq=False)
+class Request:
+    rid: str
+    prompt_tokens: int
+    max_new_tokens: int
+    arrival: float
+    rng: random.Random
+    output_ids: list[int] = field(default_factory=list)
+    kv_tokens: int = 0
+    first_token_time: float | None = None
+    finish_time: float | None = None
+    retractions: int = 0
+    aborted: bool = False
+
+    @property
+    def finished(self) -> bool:
+        return len(self.output_ids) >= self.max_new_tokens or self.aborted
+
+    @property
+    def remaining_new_tokens(self) -> int:
+        return self.max_new_tokens - len(self.output_ids)
+
+
+@dataclass
+class StepResult:
+    """One scheduler iteration; its events are visible at `end`."""
+
+    kind: str  # "prefill" or "decode"
+    end: float
+    duration: float
+    tokens: list[tuple[Request, int]] = field(default_factory=list)
+    finished: list[Request] = field(default_factory=list)
+    retracted: list[Request] = field(default_factory=list)
+    prefill_tokens: int = 0
+
+
+class RequestRejected(ValueError):
+    """A request the engine could never run; the message says why."""
+
+
+class Engine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.waiting: list[Request] = []
+        self.running: list[Request] = []
+        self.used_kv_tokens = 0
+        self.retracted_total = 0
+        self.last_step_retractions = 0
+
+    @property
+    def free_kv_tokens(self) -> int:
+        return self.config.kv_tokens - self.used_kv_tokens
+
+    @property
+    def token_usage(self) -> float:
+        return self.used_kv_tokens / self.config.kv_tokens
+
+    @property
+    def idle(self) -> bool:
+        return not self.waiting and not self.running
+
+    def submit(
+        self, rid: str, prompt_tokens: int, max_new_tokens: int, now: float, prompt_key: str
+    ) -> Request:
+        """Queue a request; `prompt_key` seeds its output so equal requests get equal text."""
+        self._check_fits(prompt_tokens, max_new_tokens)
+        rng = random.Random(f"{self.config.seed}/{prompt_key}/{max_new_tokens}")
+        request = Request(rid, max(prompt_tokens, 1), max_new_tokens, now, rng)
+        self.waiting.append(request)
+        return request
+
+    def abort(self, request: Request) -> None:
+        """Drop a request (its client went away), freeing its KV."""
+        request.aborted = True
+        if request in self.waiting:
+            self.waiting.remove(request)
+        if request in self.running:
+            self._release(request)
+            self.running.remove(request)
+
+    def step(self, now: float) -> StepResult | None:
+        """Run one iteration starting at `now`; None when there is nothing to do."""
+        self.last_step_retractions = 0
+        admitted = self._admit()
+        if admitted:
+            return self._prefill(admitted, now)
+        if self.running:
+            return self._decode(now)
+        return None
+
+    def _check_fits(self, prompt_tokens: int, max_new_tokens: int) -> None:
+        total = prompt_tokens + max_new_tokens
+        if total > self.config.context_length:
+            raise RequestRejected(
+                f"the request needs {prompt_tokens} prompt + {max_new_tokens} new tokens = {total}, "
+                f"more than the context length {self.config.context_length}"
+            )
+        if total > self.config.kv_tokens:
+            raise RequestRejected(
+                f"the request needs {total} KV tokens, more than the whole KV cache "
+                f"({self.config.kv_tokens} tokens)"
+            )
+        if max_new_tokens < 1:
+            raise RequestRejected("the request must ask for at least 1 new token")
+
+    def _reserved_for_running(self) -> float:
+        return self.config.new_token_ratio * sum(r.remaining_new_tokens for r in self.running)
+
+    def _admit(self) -> list[Request]:
+        admitted: list[Request] = []
+        budget = self.free_kv_tokens - self._reserved_for_running()
+        prefill_tokens = 0
+        while self.waiting and len(self.running) < self.config.max_running_requests:
+            request = self.waiting[0]
+            need = request.prompt_tokens + len(request.output_ids)
+            reserve = self.config.new_token_ratio * request.remaining_new_tokens
+            too_long = admitted and prefill_tokens + need > self.config.max_prefill_tokens
+            if need + reserve > budget or too_long:
+                break
+            self.waiting.pop(0)
+            self.running.append(request)
+            request.kv_tokens = need
+            self.used_kv_tokens += need
+            budget -= need + reserve
+            prefill_tokens += need
+            admitted.append(request)
+        return admitted
+
+    def _prefill(self, admitted: list[Request], now: float) -> StepResult:
+        prefill_tokens = sum(r.kv_tokens for r in admitted)
+        duration = self.config.cost.prefill_seconds(prefill_tokens)
+        result = StepResult("prefill", now + duration, duration, prefill_tokens=prefill_tokens)
+        for request in admitted:
+            self._emit(request, result)
+        return result
+
+    def _decode(self, now: float) -> StepResult:
+        retracted = self._retract_until_decode_fits()
+        for request in self.running:
+            request.kv_tokens += 1
+        self.used_kv_tokens += len(self.running)
+        context = sum(r.kv_tokens for r in self.running)
+        duration = self.config.cost.decode_seconds(len(self.running), context)
+        result = StepResult("decode", now + duration, duration, retracted=retracted)
+        for request in list(self.running):
+            self._emit(request, result)
+        return result
+
+    def _retract_until_decode_fits(self) -> list[Request]:
+        retracted: list[Request] = []
+        # Retract the request that lost least work: fewest tokens generated, then longest prompt.
+        order = sorted(self.running, key=lambda r: (len(r.output_ids), -r.prompt_tokens), reverse=True)
+        while self.free_kv_tokens < len(self.running) and len(self.running) > 1:
+            victim = order.pop()
+            self.running.remove(victim)
+            self._release(victim)
+            victim.retractions += 1
+            retracted.append(victim)
+        self.waiting[0:0] = sorted(retracted, key=lambda r: r.arrival)
+        self.retracted_total += len(retracted)
+        self.last_step_retractions = len(retracted)
+        return retracted
+
+    def _release(self, request: Request) -> None:
+        self.used_kv_tokens -= request.kv_tokens
+        request.kv_tokens = 0
+
+    def _emit(self, request: Request, result: StepResult) -> None:
+        token = request.rng.randrange(VOCAB_SIZE)
+        request.output_ids.append(token)
+        result.tokens.append((request, token))
+        if request.first_token_time is None:
+            request.first_token_time = result.end
+        if request.finished:
+            request.finish_time = result.end
+            self.running.remove(request)
+            self._release(request)
+            result.finished.append(request)

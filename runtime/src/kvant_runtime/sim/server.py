@@ -1,0 +1,272 @@
+"""The simulator's HTTP API: the parts of SGLang's that clients, the gate and Prometheus use.
+
+- `POST /generate`: SGLang's native API (`text` or `input_ids`, `sampling_params`,
+  `stream`); streamed chunks carry the text so far, as SGLang's do.
+- `POST /v1/completions`, `POST /v1/chat/completions`: OpenAI-compatible, with
+  SSE streaming; a final usage chunk when `stream_options.include_usage` is set.
+- `GET /health`, `GET /health_generate` (runs a one-token request),
+  `GET /get_model_info`, `GET /get_server_info` (with `max_total_num_tokens`),
+  `GET /v1/models`, `GET /metrics`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from kvant_runtime.sim.engine import Engine, RequestRejected
+from kvant_runtime.sim.metrics import EngineMetrics
+from kvant_runtime.sim.realtime import RealTimeEngine, Stream
+from kvant_runtime.sim.text import detokenize
+from kvant_runtime.tokens import estimate_prompt_tokens, requested_new_tokens
+
+SGLANG_API_VERSION = "0.5.23"
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What the info endpoints report besides the engine's own configuration."""
+
+    model_name: str
+    kv_cache_dtype: str = "auto"
+    page_size: int = 1
+
+
+def error_response(status: int, message: str) -> web.Response:
+    """SGLang's OpenAI-style error body."""
+    body = {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": status}
+    return web.json_response(body, status=status)
+
+
+@web.middleware
+async def bad_requests_as_json(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except (ValueError, RequestRejected) as error:
+        return error_response(400, str(error))
+
+
+class SimServer:
+    def __init__(self, engine: Engine, info: ServerInfo) -> None:
+        self.info = info
+        self.registry = CollectorRegistry()
+        self.runner = RealTimeEngine(engine, EngineMetrics(info.model_name, self.registry))
+        self._loop_task: asyncio.Task[None] | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[bad_requests_as_json])
+        app.router.add_post("/generate", self.generate)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/health_generate", self.health_generate)
+        app.router.add_get("/get_model_info", self.model_info)
+        app.router.add_get("/model_info", self.model_info)
+        app.router.add_get("/get_server_info", self.server_info)
+        app.router.add_get("/server_info", self.server_info)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/metrics", self.metrics)
+        app.on_startup.append(self._start_engine)
+        app.on_cleanup.append(self._stop_engine)
+        return app
+
+    async def _start_engine(self, _app: web.Application) -> None:
+        self._loop_task = asyncio.create_task(self.runner.run())
+
+    async def _stop_engine(self, _app: web.Application) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+
+    # --- generation endpoints -------------------------------------------
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        body = await read_json(request)
+        stream = self._submit(body, key=body.get("input_ids") or body.get("text"))
+        if not body.get("stream"):
+            ids: list[int] = await collect(self.runner, stream)
+            return web.json_response(
+                {"text": detokenize(ids), "output_ids": ids, "meta_info": meta_info(stream)}
+            )
+        response = await open_sse(request)
+        ids = []
+        async for token in tokens_of(self.runner, stream):
+            ids.append(token)
+            chunk = {"text": detokenize(ids), "output_ids": ids, "meta_info": meta_info(stream)}
+            await send_sse(response, chunk)
+        return await close_sse(response)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        body = await read_json(request)
+        stream = self._submit(body, key=body.get("prompt"))
+        return await self._openai(request, body, stream, "text_completion", completion_choice)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        body = await read_json(request)
+        if not isinstance(body.get("messages"), list) or not body["messages"]:
+            raise ValueError("'messages' must be a non-empty list of {role, content} objects")
+        stream = self._submit(body, key=body["messages"])
+        return await self._openai(request, body, stream, "chat.completion", chat_choice)
+
+    def _submit(self, body: dict[str, Any], key: object) -> Stream:
+        prompt_key = json.dumps(key, sort_keys=True)
+        prompt_tokens, new_tokens = estimate_prompt_tokens(body), requested_new_tokens(body)
+        return self.runner.submit(prompt_tokens, new_tokens, prompt_key, bool(body.get("stream")))
+
+    async def _openai(
+        self, request: web.Request, body: dict[str, Any], stream: Stream, kind: str, choice: ChoiceFormat
+    ) -> web.StreamResponse:
+        head = {"id": stream.request.rid, "created": int(time.time()), "model": self.info.model_name}
+        if not body.get("stream"):
+            ids = await collect(self.runner, stream)
+            result = {
+                **head,
+                "object": kind,
+                "choices": [choice(ids, False, "length")],
+                "usage": usage(stream),
+            }
+            return web.json_response(result)
+        response = await open_sse(request)
+        chunk_head = {**head, "object": f"{kind}.chunk" if kind == "chat.completion" else kind}
+        async for token in tokens_of(self.runner, stream):
+            await send_sse(response, {**chunk_head, "choices": [choice([token], True, None)]})
+        await send_sse(response, {**chunk_head, "choices": [choice([], True, "length")]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            await send_sse(response, {**chunk_head, "choices": [], "usage": usage(stream)})
+        return await close_sse(response)
+
+    # --- health and info ------------------------------------------------
+
+    async def health(self, _request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def health_generate(self, _request: web.Request) -> web.Response:
+        stream = self.runner.submit(1, 1, "health_generate", is_streaming=False)
+        await collect(self.runner, stream)
+        return web.Response(status=200)
+
+    async def model_info(self, _request: web.Request) -> web.Response:
+        name = self.info.model_name
+        return web.json_response(
+            {
+                "model_path": name,
+                "served_model_name": name,
+                "tokenizer_path": None,
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "weight_version": "default",
+                "disaggregation_mode": "null",
+            }
+        )
+
+    async def server_info(self, _request: web.Request) -> web.Response:
+        engine = self.runner.engine
+        config = engine.config
+        return web.json_response(
+            {
+                "model_path": self.info.model_name,
+                "served_model_name": self.info.model_name,
+                "tp_size": 1,
+                "kv_cache_dtype": self.info.kv_cache_dtype,
+                "page_size": self.info.page_size,
+                "context_length": config.context_length,
+                "max_running_requests": config.max_running_requests,
+                "max_prefill_tokens": config.max_prefill_tokens,
+                "random_seed": config.seed,
+                "max_total_num_tokens": config.kv_tokens,
+                "max_req_input_len": min(config.context_length, config.kv_tokens) - 1,
+                "internal_states": [{"max_total_num_tokens": config.kv_tokens}],
+                "version": f"{SGLANG_API_VERSION} (kvant engine simulator)",
+            }
+        )
+
+    async def models(self, _request: web.Request) -> web.Response:
+        config = self.runner.engine.config
+        model = {"id": self.info.model_name, "object": "model", "created": 0, "owned_by": "kvant-sim"}
+        return web.json_response(
+            {"object": "list", "data": [{**model, "max_model_len": config.context_length}]}
+        )
+
+    async def metrics(self, _request: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+
+ChoiceFormat = Callable[[list[int], bool, str | None], dict[str, Any]]
+
+
+def completion_choice(ids: list[int], _streaming: bool, finish_reason: str | None) -> dict[str, Any]:
+    return {"index": 0, "text": detokenize(ids), "logprobs": None, "finish_reason": finish_reason}
+
+
+def chat_choice(ids: list[int], streaming: bool, finish_reason: str | None) -> dict[str, Any]:
+    message = {"role": "assistant", "content": detokenize(ids)}
+    return {"index": 0, "delta" if streaming else "message": message, "finish_reason": finish_reason}
+
+
+def meta_info(stream: Stream) -> dict[str, Any]:
+    request = stream.request
+    meta: dict[str, Any] = {
+        "id": request.rid,
+        "prompt_tokens": request.prompt_tokens,
+        "completion_tokens": len(request.output_ids),
+        "cached_tokens": 0,
+        "finish_reason": None,
+    }
+    if request.finish_time is not None:
+        meta["finish_reason"] = {"type": "length", "length": len(request.output_ids)}
+        meta["e2e_latency"] = request.finish_time - request.arrival
+    return meta
+
+
+def usage(stream: Stream) -> dict[str, int]:
+    prompt, completion = stream.request.prompt_tokens, len(stream.request.output_ids)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+async def read_json(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except json.JSONDecodeError as error:
+        raise ValueError(f"the request body is not valid JSON: {error}") from None
+    if not isinstance(body, dict):
+        raise ValueError("the request body must be a JSON object")
+    return body
+
+
+async def tokens_of(runner: RealTimeEngine, stream: Stream) -> AsyncIterator[int]:
+    """The request's tokens as they are generated; aborts the request if the consumer stops early."""
+    try:
+        while (token := await stream.tokens.get()) is not None:
+            yield token
+    finally:
+        runner.abort(stream)
+
+
+async def collect(runner: RealTimeEngine, stream: Stream) -> list[int]:
+    return [token async for token in tokens_of(runner, stream)]
+
+
+async def open_sse(request: web.Request) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    return response
+
+
+async def send_sse(response: web.StreamResponse, data: dict[str, Any]) -> None:
+    await response.write(f"data: {json.dumps(data)}\n\n".encode())
+
+
+async def close_sse(response: web.StreamResponse) -> web.StreamResponse:
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response

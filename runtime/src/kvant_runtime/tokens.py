@@ -1,0 +1,61 @@
+"""The token estimate shared by the engine simulator and the admission gate.
+
+Neither has a tokenizer, so both count tokens with the same cheap rule and
+therefore agree on what a request costs in KV:
+
+- `input_ids` (SGLang `/generate`) or a token-id `prompt` (OpenAI completions):
+  their length, which is exact;
+- text: one token per 4 UTF-8 bytes, rounded up (close to BPE tokenizers on
+  English; the gate only needs a stable, order-of-magnitude-right cost);
+- chat `messages`: the text rule on each message's text content, plus
+  `CHAT_TOKENS_PER_MESSAGE` for the role markers a chat template adds.
+
+The requested output length is `sampling_params.max_new_tokens` (`/generate`),
+else `max_completion_tokens`, else `max_tokens` (OpenAI), else
+`DEFAULT_MAX_NEW_TOKENS`, which is SGLang's own default for `max_new_tokens`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+BYTES_PER_TOKEN = 4
+CHAT_TOKENS_PER_MESSAGE = 4
+DEFAULT_MAX_NEW_TOKENS = 128
+
+
+def estimate_text_tokens(text: str) -> int:
+    return -(-len(text.encode("utf-8")) // BYTES_PER_TOKEN)
+
+
+def estimate_prompt_tokens(body: dict[str, Any]) -> int:
+    """Tokens the prompt of a `/generate`, `/v1/completions` or `/v1/chat/completions` body occupies."""
+    if isinstance(body.get("input_ids"), list):
+        return len(body["input_ids"])
+    if "messages" in body:
+        return sum(CHAT_TOKENS_PER_MESSAGE + estimate_text_tokens(message_text(m)) for m in body["messages"])
+    prompt = body.get("text", body.get("prompt", ""))
+    if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+        return len(prompt)
+    if not isinstance(prompt, str):
+        raise ValueError("the prompt must be a string or a list of token ids; batches are not supported")
+    return estimate_text_tokens(prompt)
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """The text of one chat message; `content` is a string or a list of `{type: text, text}` parts."""
+    content = message.get("content") or ""
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+
+
+def requested_new_tokens(body: dict[str, Any]) -> int:
+    """The output tokens a request asks for (its worst-case KV growth)."""
+    sampling = body.get("sampling_params") or {}
+    for value in (sampling.get("max_new_tokens"), body.get("max_completion_tokens"), body.get("max_tokens")):
+        if value is not None:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"the output length must be a non-negative integer, got {value!r}")
+            return value
+    return DEFAULT_MAX_NEW_TOKENS
