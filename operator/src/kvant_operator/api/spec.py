@@ -1,0 +1,490 @@
+"""`QuantizedModel.spec` (kvant.dev/v1alpha1): what to quantize, how to serve it, and the on-call limits.
+
+Field docstrings become the CRD's descriptions and the generated reference in docs/crd-reference.md.
+Defaults that depend on another field (the INT4 method, the KV scale source) are filled after the
+rules have run, so a rule sees what the user wrote and everything downstream sees a complete spec.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import Field, model_validator
+
+from kvant_operator.api.rules import ApiModel, Rule, TransitionRule
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# RE2 and Python agree on this pattern, so the CEL rule and the model accept the same URIs.
+SOURCE_URI = r"^(hf://[^/]+/[^/]+|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/.*)?|s3://[^/]+(/.*)?|file:///.+)$"
+# Engine flags Kvant derives from the spec; setting them in engineArgs would silently fight the spec.
+OWNED_ENGINE_FLAGS = (
+    "kv-cache-dtype|tp|tp-size|tensor-parallel-size|mem-fraction-static|page-size|"
+    "max-running-requests|max-queued-requests|model-path|host|port|disaggregation-mode"
+)
+OWNED_FLAG_PATTERN = rf"^--({OWNED_ENGINE_FLAGS})(=.*)?$"
+MAX_ENGINE_ARGS = 64
+# Bounded lengths keep the CEL rules over these lists inside the API server's cost budget.
+EngineArg = Annotated[str, Field(max_length=256)]
+ModuleName = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class WeightFormat(StrEnum):
+    """Format of the served weights. int4 is compressed-tensors pack-quantized W4A16."""
+
+    BF16 = "bf16"
+    FP8 = "fp8"
+    INT4 = "int4"
+
+
+class QuantMethod(StrEnum):
+    """How INT4 weights are rounded: rtn (round to nearest) or gptq (error-compensating, calibrated)."""
+
+    RTN = "rtn"
+    GPTQ = "gptq"
+
+
+class QuantTargets(StrEnum):
+    """Which Linear layers are quantized: every Linear of the decoder layers, or only MoE routed experts."""
+
+    ALL_LINEAR = "all-linear"
+    EXPERTS = "experts"
+
+
+class KvCacheDtype(StrEnum):
+    """KV cache element type, passed to SGLang as --kv-cache-dtype. auto follows the model's dtype."""
+
+    AUTO = "auto"
+    BF16 = "bf16"
+    FP8_E4M3 = "fp8_e4m3"
+    FP8_E5M2 = "fp8_e5m2"
+
+    @property
+    def is_fp8(self) -> bool:
+        return self in (KvCacheDtype.FP8_E4M3, KvCacheDtype.FP8_E5M2)
+
+
+class KvScales(StrEnum):
+    """Where FP8 KV scales come from. unit means scale 1.0 (values beyond ±448 saturate): never a default."""
+
+    CALIBRATE = "calibrate"
+    CHECKPOINT = "checkpoint"
+    UNIT = "unit"
+
+
+class Engine(StrEnum):
+    """The serving engine: SGLang on GPUs, or Kvant's simulator (same API and metrics, no GPU)."""
+
+    SGLANG = "sglang"
+    SIMULATOR = "simulator"
+
+
+class DisaggregationMode(StrEnum):
+    """none: each replica prefills and decodes. prefill-decode: separate prefill and decode roles."""
+
+    NONE = "none"
+    PREFILL_DECODE = "prefill-decode"
+
+
+class ProtectionMode(StrEnum):
+    """enforce: lower the effective concurrency under KV pressure. observe: only report. off: do nothing."""
+
+    ENFORCE = "enforce"
+    OBSERVE = "observe"
+    OFF = "off"
+
+
+class SourceSpec(ApiModel):
+    """The checkpoint to serve. Immutable: a different model is a different QuantizedModel."""
+
+    transition_rules = (
+        TransitionRule(
+            cel="self == oldSelf",
+            message="spec.source is immutable: create a new QuantizedModel to serve a different "
+            "checkpoint or revision",
+            holds=lambda old, new: old == new,
+        ),
+    )
+    rules = (
+        Rule(
+            cel=f"self.uri.matches('{SOURCE_URI}')",
+            message="spec.source.uri must be hf://<org>/<model>, pvc://<claim>/<path>, "
+            "s3://<bucket>/<prefix> or file:///<absolute path>",
+            field_path=".uri",
+            holds=lambda s: re.search(SOURCE_URI, s.uri) is not None,
+        ),
+        Rule(
+            cel="!self.uri.startsWith('hf://') || has(self.revision)",
+            message="spec.source.revision is required for hf:// sources: pin a commit or tag so the "
+            "artifact cache key cannot move under you",
+            field_path=".revision",
+            holds=lambda s: not s.uri.startswith("hf://") or s.revision is not None,
+            reason="FieldValueRequired",
+        ),
+    )
+
+    uri: str = Field(min_length=1, max_length=1024, description="Where the checkpoint is.")
+    revision: str | None = Field(
+        default=None,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9._/-]+$",
+        description="Commit or tag of the source; part of the artifact cache key. Required for hf://.",
+    )
+    credentials_secret: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="Secret in the same namespace with the credentials to read the source (HF_TOKEN, AWS_*).",
+    )
+
+
+class OutputSpec(ApiModel):
+    """Where converted artifacts are written; each is content-addressed below `path`."""
+
+    pvc: str = Field(max_length=253, pattern=DNS_SUBDOMAIN, description="PersistentVolumeClaim name.")
+    path: str = Field(default="", max_length=512, description="Prefix inside the claim.")
+
+
+class WeightsSpec(ApiModel):
+    """How the weights are served and, when they are converted, how."""
+
+    rules = (
+        Rule(
+            cel="self.format == 'int4' || !has(self.method)",
+            message="spec.weights.method applies only to format: int4; remove it or set "
+            "spec.weights.format: int4",
+            field_path=".method",
+            holds=lambda w: w.format is WeightFormat.INT4 or w.method is None,
+        ),
+        Rule(
+            cel="self.format == 'int4' || !has(self.groupSize)",
+            message="spec.weights.groupSize applies only to format: int4; remove it or set "
+            "spec.weights.format: int4",
+            field_path=".groupSize",
+            holds=lambda w: w.format is WeightFormat.INT4 or w.group_size is None,
+        ),
+    )
+
+    format: WeightFormat = WeightFormat.INT4
+    method: QuantMethod | None = Field(default=None, description="Default for int4: rtn.")
+    group_size: Literal[32, 64, 128] | None = Field(
+        default=None,
+        description="INT4 quantization group size along the input dimension. Default for int4: 128.",
+    )
+    targets: QuantTargets | None = Field(
+        default=None,
+        description="Layers to quantize. Unset: experts for MoE models, all-linear for dense models. "
+        "Embeddings, lm_head, norms and router gates always stay in higher precision.",
+    )
+    ignore: list[ModuleName] = Field(
+        default_factory=list,
+        max_length=64,
+        description='Extra modules kept in higher precision: exact names or "re:<regex>" (compressed-tensors '
+        "ignore syntax).",
+    )
+    output: OutputSpec | None = Field(
+        default=None, description="Artifact location. Unset: the operator's cache."
+    )
+
+    @model_validator(mode="after")
+    def _default_int4_scheme(self) -> Self:
+        if self.format is WeightFormat.INT4:
+            self.method = self.method or QuantMethod.RTN
+            self.group_size = self.group_size or 128
+        return self
+
+
+class CalibrationSpec(ApiModel):
+    """The calibration run that measures per-layer FP8 KV scales."""
+
+    samples: int = Field(default=128, ge=1, le=4096, description="Number of calibration sequences.")
+    sequence_length: int = Field(
+        default=2048, ge=16, le=131072, description="Tokens per calibration sequence."
+    )
+    dataset: str = Field(
+        default="builtin", max_length=256, description='"builtin" (bundled text) or a path inside the source.'
+    )
+
+
+class KvCacheSpec(ApiModel):
+    """The KV cache element type and, for FP8, where its scales come from."""
+
+    rules = (
+        Rule(
+            cel="!has(self.scales) || self.dtype in ['fp8_e4m3', 'fp8_e5m2']",
+            message="spec.kvCache.scales applies only to an FP8 KV cache: set spec.kvCache.dtype to "
+            "fp8_e4m3 or fp8_e5m2, or remove scales",
+            field_path=".scales",
+            holds=lambda kv: kv.scales is None or kv.dtype.is_fp8,
+        ),
+        Rule(
+            cel="!has(self.calibration) || (self.dtype in ['fp8_e4m3', 'fp8_e5m2'] && "
+            "(!has(self.scales) || self.scales == 'calibrate'))",
+            message="spec.kvCache.calibration is used only with calibrated FP8 scales: remove it, or use "
+            "an FP8 dtype with spec.kvCache.scales: calibrate",
+            field_path=".calibration",
+            holds=lambda kv: (
+                kv.calibration is None or (kv.dtype.is_fp8 and kv.scales in (None, KvScales.CALIBRATE))
+            ),
+        ),
+    )
+
+    dtype: KvCacheDtype = KvCacheDtype.FP8_E4M3
+    scales: KvScales | None = Field(
+        default=None,
+        description="FP8 scale source. Default for FP8: calibrate. unit must be written explicitly.",
+    )
+    calibration: CalibrationSpec | None = Field(
+        default=None,
+        description="Calibration settings. Default for calibrated scales: 128 x 2048 tokens, builtin.",
+    )
+
+    @model_validator(mode="after")
+    def _default_scales(self) -> Self:
+        if self.dtype.is_fp8 and self.scales is None:
+            self.scales = KvScales.CALIBRATE
+        if self.scales is KvScales.CALIBRATE and self.calibration is None:
+            self.calibration = CalibrationSpec()
+        return self
+
+
+def _no_owned_flags(path: str) -> Rule:
+    """The engineArgs rule, with its message naming the engineArgs at `path`."""
+    return Rule(
+        cel=f"!has(self.engineArgs) || self.engineArgs.all(a, !a.matches('{OWNED_FLAG_PATTERN}'))",
+        message=f"{path}.engineArgs must not set flags Kvant derives from the spec: --kv-cache-dtype "
+        "(spec.kvCache.dtype), --tp-size (spec.serving.tensorParallel), --mem-fraction-static "
+        "(spec.serving.memFractionStatic), --page-size (spec.serving.pageSize), --max-running-requests and "
+        "--max-queued-requests (spec.limits), --model-path, --host, --port, --disaggregation-mode",
+        field_path=".engineArgs",
+        holds=lambda m: not any(re.search(OWNED_FLAG_PATTERN, a) for a in m.engine_args),
+    )
+
+
+def _engine_args_field() -> Any:
+    return Field(
+        default_factory=list,
+        max_length=MAX_ENGINE_ARGS,
+        description="Extra SGLang flags, passed through after Kvant's own.",
+    )
+
+
+class RoleSpec(ApiModel):
+    """One role of prefill/decode disaggregation. Each role's subclass carries its rules, so a message
+    names that role's path."""
+
+    replicas: int = Field(default=1, ge=0, le=1024, description="Replicas of this role.")
+    kv_cache_dtype: KvCacheDtype | None = Field(
+        default=None,
+        description="Override of spec.kvCache.dtype for this role. Both roles must end up with the same "
+        "dtype: SGLang moves KV pages between them as bytes.",
+    )
+    engine_args: list[EngineArg] = _engine_args_field()
+
+
+class PrefillRoleSpec(RoleSpec):
+    """The prefill role."""
+
+    rules = (_no_owned_flags("spec.serving.disaggregation.prefill"),)
+
+
+class DecodeRoleSpec(RoleSpec):
+    """The decode role."""
+
+    rules = (_no_owned_flags("spec.serving.disaggregation.decode"),)
+
+
+class DisaggregationSpec(ApiModel):
+    """Prefill/decode disaggregation."""
+
+    mode: DisaggregationMode = DisaggregationMode.NONE
+    prefill: PrefillRoleSpec = Field(default_factory=PrefillRoleSpec)
+    decode: DecodeRoleSpec = Field(default_factory=DecodeRoleSpec)
+
+
+class GpuSpec(ApiModel):
+    """The GPUs of one replica. With engine: simulator they are simulated and not requested."""
+
+    resource: str = Field(
+        default="nvidia.com/gpu", max_length=253, description="Extended resource name requested per GPU."
+    )
+    memory_gib: float = Field(
+        alias="memoryGiB", gt=0, le=4096, description="Memory of one GPU in GiB (H100: 80, H200: 141)."
+    )
+    count: int = Field(default=1, ge=1, le=64, description="GPUs per replica.")
+
+
+class ServingSpec(ApiModel):
+    """How the model is served."""
+
+    rules = (
+        Rule(
+            cel="self.gpu.count % self.tensorParallel == 0",
+            message="spec.serving.tensorParallel must divide spec.serving.gpu.count (GPUs per replica = "
+            "tensorParallel x data-parallel size), for example tensorParallel: 8 with gpu.count: 8",
+            field_path=".tensorParallel",
+            holds=lambda s: s.gpu.count % s.tensor_parallel == 0,
+        ),
+        _no_owned_flags("spec.serving"),
+    )
+
+    engine: Engine = Engine.SGLANG
+    image: str | None = Field(
+        default=None, max_length=512, description="Engine image. Unset: the operator's default."
+    )
+    replicas: int = Field(default=1, ge=0, le=1024, description="Serving replicas (disaggregation: none).")
+    tensor_parallel: int = Field(default=1, ge=1, le=64, description="Tensor-parallel size of one replica.")
+    page_size: int = Field(
+        default=1, ge=1, le=1024, description="KV cache page size in tokens (--page-size)."
+    )
+    gpu: GpuSpec
+    mem_fraction_static: float | None = Field(
+        default=None,
+        ge=0.1,
+        le=0.98,
+        description="Fraction of GPU memory for weights and KV cache. Unset: the planner follows SGLang's "
+        "own default for this GPU.",
+    )
+    disaggregation: DisaggregationSpec = Field(default_factory=DisaggregationSpec)
+    engine_args: list[EngineArg] = _engine_args_field()
+
+
+class LimitsSpec(ApiModel):
+    """The on-call knobs, enforced by the gate; editing them never restarts the engine."""
+
+    max_concurrency: int = Field(
+        default=64, ge=1, le=100000, description="Requests running at once per replica."
+    )
+    max_queued: int = Field(
+        default=256, ge=0, le=1000000, description="Requests waiting per replica before 429."
+    )
+    queue_timeout_seconds: int = Field(default=30, ge=1, le=3600, description="Longest wait in the queue.")
+
+
+class ConcurrencyBounds(ApiModel):
+    """The range protection moves the effective concurrency in."""
+
+    rules = (
+        Rule(
+            cel="!has(self.max) || self.min <= self.max",
+            message="spec.protection.concurrency.min must be less than or equal to "
+            "spec.protection.concurrency.max",
+            field_path=".min",
+            holds=lambda c: c.max is None or c.min <= c.max,
+        ),
+    )
+
+    min: int = Field(default=1, ge=1, le=100000, description="Lowest effective concurrency.")
+    max: int | None = Field(
+        default=None,
+        ge=1,
+        le=100000,
+        description="Highest effective concurrency. Unset: spec.limits.maxConcurrency.",
+    )
+
+
+class MetricsSpec(ApiModel):
+    """Where protection reads engine and gate metrics."""
+
+    prometheus_url: str | None = Field(
+        default=None,
+        alias="prometheusURL",
+        max_length=1024,
+        pattern=r"^https?://",
+        description="Prometheus base URL. Unset: scrape the pods directly.",
+    )
+    interval_seconds: int = Field(
+        default=15, ge=1, le=600, description="Seconds between protection decisions."
+    )
+
+
+class ProtectionSpec(ApiModel):
+    """Live KV cache protection: lowers the effective concurrency before the engine retracts requests."""
+
+    mode: ProtectionMode = ProtectionMode.ENFORCE
+    target_token_usage: float = Field(
+        default=0.9,
+        gt=0,
+        le=1,
+        description="KV cache usage (0-1, like sglang:token_usage) protection holds below.",
+    )
+    max_retractions_per_minute: int = Field(
+        default=0,
+        ge=0,
+        le=100000,
+        description="Retractions per minute tolerated before concurrency is lowered.",
+    )
+    concurrency: ConcurrencyBounds = Field(default_factory=ConcurrencyBounds)
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec)
+
+
+class EvaluationSpec(ApiModel):
+    """An accuracy gate run on the converted model before traffic moves to it."""
+
+    suite: Literal["builtin-kl"] = Field(
+        default="builtin-kl", description="builtin-kl: KL divergence against the source on bundled prompts."
+    )
+    max_kl_divergence: float = Field(
+        default=0.02, alias="maxKLDivergence", gt=0, le=10, description="Largest mean KL divergence accepted."
+    )
+    block_rollout: bool = Field(
+        default=True, description="Keep the previous artifact serving when the gate fails."
+    )
+
+
+def _effective_role_dtype(role: RoleSpec, kv: KvCacheSpec) -> KvCacheDtype:
+    return role.kv_cache_dtype or kv.dtype
+
+
+class QuantizedModelSpec(ApiModel):
+    """Desired state of a QuantizedModel."""
+
+    rules = (
+        Rule(
+            cel="self.serving.disaggregation.mode != 'prefill-decode' || "
+            "(has(self.serving.disaggregation.prefill.kvCacheDtype) ? "
+            "self.serving.disaggregation.prefill.kvCacheDtype : self.kvCache.dtype) == "
+            "(has(self.serving.disaggregation.decode.kvCacheDtype) ? "
+            "self.serving.disaggregation.decode.kvCacheDtype : self.kvCache.dtype)",
+            message="spec.serving.disaggregation: prefill and decode must use the same KV cache dtype "
+            "(SGLang moves KV pages between them as bytes); set prefill.kvCacheDtype and "
+            "decode.kvCacheDtype to the same value, or remove both to use spec.kvCache.dtype",
+            field_path=".serving.disaggregation.decode.kvCacheDtype",
+            holds=lambda s: (
+                s.serving.disaggregation.mode is not DisaggregationMode.PREFILL_DECODE
+                or _effective_role_dtype(s.serving.disaggregation.prefill, s.kv_cache)
+                == _effective_role_dtype(s.serving.disaggregation.decode, s.kv_cache)
+            ),
+        ),
+        Rule(
+            cel="!has(self.protection.concurrency.max) || "
+            "self.protection.concurrency.max <= self.limits.maxConcurrency",
+            message="spec.protection.concurrency.max must not exceed spec.limits.maxConcurrency: "
+            "protection only lowers the limit; raise spec.limits.maxConcurrency instead",
+            field_path=".protection.concurrency.max",
+            holds=lambda s: (
+                s.protection.concurrency.max is None
+                or s.protection.concurrency.max <= s.limits.max_concurrency
+            ),
+        ),
+        Rule(
+            cel="self.protection.concurrency.min <= self.limits.maxConcurrency",
+            message="spec.protection.concurrency.min must not exceed spec.limits.maxConcurrency",
+            field_path=".protection.concurrency.min",
+            holds=lambda s: s.protection.concurrency.min <= s.limits.max_concurrency,
+        ),
+    )
+
+    source: SourceSpec
+    weights: WeightsSpec = Field(default_factory=WeightsSpec)
+    kv_cache: KvCacheSpec = Field(default_factory=KvCacheSpec)
+    serving: ServingSpec
+    limits: LimitsSpec = Field(default_factory=LimitsSpec)
+    protection: ProtectionSpec = Field(default_factory=ProtectionSpec)
+    evaluation: EvaluationSpec | None = Field(default=None, description="Accuracy gate. Unset: no gate.")
+
+    def check_update(self, old: QuantizedModelSpec) -> None:
+        """Raises SpecError when an update from `old` would be rejected by the API server."""
+        self.source.check_transition(old.source)

@@ -1,0 +1,124 @@
+"""`QuantizedModel.status`: what the operator observed and decided. Only the operator writes it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field
+
+from kvant_operator.api.rules import ApiModel
+from kvant_operator.api.spec import KvCacheDtype
+
+PlanWarning = Annotated[str, Field(max_length=1024)]
+
+
+class Phase(StrEnum):
+    """Coarse lifecycle stage; conditions carry the detail."""
+
+    PENDING = "Pending"
+    CONVERTING = "Converting"
+    CALIBRATING = "Calibrating"
+    EVALUATING = "Evaluating"
+    DEPLOYING = "Deploying"
+    READY = "Ready"
+    DEGRADED = "Degraded"
+    FAILED = "Failed"
+
+
+class ConditionStatus(StrEnum):
+    """Kubernetes condition status."""
+
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(ApiModel):
+    """A kstatus-compatible condition."""
+
+    type: str = Field(max_length=64, pattern=r"^[A-Z][A-Za-z]*$", description="Condition type.")
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    reason: str = Field(max_length=128, pattern=r"^[A-Za-z]([A-Za-z0-9]*)?$", description="CamelCase reason.")
+    message: str = Field(default="", max_length=4096, description="What happened, for a person.")
+    last_transition_time: datetime = Field(description="When status last changed.")
+    observed_generation: int = Field(
+        default=0, ge=0, description="metadata.generation the condition was set for."
+    )
+
+
+class ArtifactStatus(ApiModel):
+    """The converted checkpoint being served."""
+
+    uri: str = Field(max_length=1024, description="Where the artifact is.")
+    digest: str = Field(
+        default="", max_length=128, description="Content digest (sha256:...) of the artifact."
+    )
+    bytes: int = Field(default=0, ge=0, description="Artifact size.")
+    source_bytes: int = Field(default=0, ge=0, description="Source checkpoint size.")
+
+
+class PlanStatus(ApiModel):
+    """The capacity plan, as `kvant plan --json` reports it (camelCase here, snake_case there)."""
+
+    kv_cache_dtype: KvCacheDtype = Field(description="KV cache dtype the plan is for.")
+    kv_bytes_per_token_per_gpu: int = Field(
+        alias="kvBytesPerTokenPerGPU", ge=0, description="KV bytes/token/GPU."
+    )
+    weight_bytes_per_gpu: int = Field(alias="weightBytesPerGPU", ge=0, description="Weight bytes per GPU.")
+    kv_tokens_per_replica: int = Field(
+        ge=0, description="KV cache tokens per replica (SGLang's max total tokens)."
+    )
+    mem_fraction_static: float = Field(ge=0, le=1, description="--mem-fraction-static used.")
+    page_size: int = Field(ge=1, description="KV page size in tokens.")
+    max_concurrency: dict[str, int] = Field(
+        default_factory=dict, description="Context length (tokens) → requests that fit at once per replica."
+    )
+    fits: bool = Field(
+        True, description="False when the weights or one request at the longest context do not fit."
+    )
+    warnings: list[PlanWarning] = Field(
+        default_factory=list, max_length=16, description="Why the plan may not fit."
+    )
+    inputs: str | None = Field(
+        default=None, max_length=64, description="Digest of the spec fields the plan was made from."
+    )
+
+
+class ProtectionStatus(ApiModel):
+    """What protection decided last."""
+
+    effective_concurrency: int | None = Field(
+        default=None, ge=0, description="Concurrency the gate enforces now."
+    )
+    token_usage: float | None = Field(
+        default=None, ge=0, le=1, description="Last observed KV cache usage (0-1)."
+    )
+    retractions_per_minute: float | None = Field(
+        default=None, ge=0, description="Last observed retraction rate."
+    )
+    last_decision: str | None = Field(
+        default=None, max_length=1024, description="Last decision, for a person."
+    )
+    last_decision_time: datetime | None = Field(default=None, description="When it was taken.")
+
+
+class QuantizedModelStatus(ApiModel):
+    """Observed state of a QuantizedModel."""
+
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="metadata.generation last reconciled."
+    )
+    phase: Phase | None = Field(default=None, description="Lifecycle stage.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Converted, Calibrated, Validated, Ready, Progressing, Degraded, CacheProtected.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    replicas: int | None = Field(default=None, ge=0, description="Serving replicas that exist.")
+    ready_replicas: int | None = Field(default=None, ge=0, description="Serving replicas that are ready.")
+    artifact: ArtifactStatus | None = Field(default=None, description="The served artifact.")
+    plan: PlanStatus | None = Field(default=None, description="The capacity plan.")
+    protection: ProtectionStatus | None = Field(default=None, description="Protection state.")

@@ -1,0 +1,97 @@
+"""`kvant plan`: the capacity plan of a checkpoint, as a comparison table or as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from kvant_operator.api.spec import KvCacheDtype, QuantTargets, WeightFormat
+from kvant_operator.planner.architecture import ConfigError
+from kvant_operator.planner.checkpoint import load_checkpoint
+from kvant_operator.planner.inventory import InventoryError
+from kvant_operator.planner.plan import DEFAULT_CONTEXTS, PlanRequest, compare, make_plan
+from kvant_operator.planner.table import render_table
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="capacity plan: weights, KV tokens and concurrency per replica",
+        description="Plan weights per GPU, KV cache tokens and concurrency from a config.json or a "
+        "checkpoint folder (safetensors headers only; no tensor data is read).",
+    )
+    parser.add_argument("--config", type=Path, required=True, help="config.json or checkpoint folder")
+    parser.add_argument(
+        "--tp", type=int, default=1, help="tensor-parallel size (spec.serving.tensorParallel)"
+    )
+    parser.add_argument("--gpus", type=int, help="GPUs per replica (spec.serving.gpu.count); default: --tp")
+    parser.add_argument(
+        "--gpu-memory-gib", type=float, required=True, help="memory of one GPU (spec.serving.gpu.memoryGiB)"
+    )
+    parser.add_argument(
+        "--kv-dtype",
+        choices=[d.value for d in KvCacheDtype],
+        default=KvCacheDtype.FP8_E4M3.value,
+        help="KV cache dtype (spec.kvCache.dtype)",
+    )
+    parser.add_argument(
+        "--weights",
+        choices=[f.value for f in WeightFormat],
+        help="served weight format (spec.weights.format); default: the source's",
+    )
+    parser.add_argument("--group-size", type=int, choices=[32, 64, 128], default=128, help="INT4 group size")
+    parser.add_argument(
+        "--targets",
+        choices=[t.value for t in QuantTargets],
+        help="layers to quantize; default: experts for MoE, all-linear for dense",
+    )
+    parser.add_argument(
+        "--ignore", action="append", default=[], help="module kept in higher precision (repeat)"
+    )
+    parser.add_argument("--mem-fraction-static", type=float, help="default: SGLang's for this GPU")
+    parser.add_argument("--page-size", type=int, default=1, help="KV page size in tokens")
+    parser.add_argument(
+        "--context",
+        type=int,
+        action="append",
+        help=f"context length for max concurrency (repeat); default: {', '.join(map(str, DEFAULT_CONTEXTS))}",
+    )
+    parser.add_argument("--json", action="store_true", help="print the requested plan as one JSON object")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    gpus = args.gpus or args.tp
+    if args.tp < 1 or gpus % args.tp:
+        print(f"kvant plan: --gpus {gpus} must be a positive multiple of --tp {args.tp}", file=sys.stderr)
+        return 2
+    request = PlanRequest(
+        gpu_memory_gib=args.gpu_memory_gib,
+        tensor_parallel=args.tp,
+        gpus=gpus,
+        kv_cache_dtype=KvCacheDtype(args.kv_dtype),
+        weights_format=WeightFormat(args.weights) if args.weights else None,
+        group_size=args.group_size,
+        targets=QuantTargets(args.targets) if args.targets else None,
+        ignore=tuple(args.ignore),
+        mem_fraction_static=args.mem_fraction_static,
+        page_size=args.page_size,
+        contexts=tuple(args.context or DEFAULT_CONTEXTS),
+    )
+    try:
+        checkpoint = load_checkpoint(args.config)
+    except (ConfigError, InventoryError) as err:
+        print(f"kvant plan: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(make_plan(checkpoint, request).model_dump(mode="json"), indent=2))
+        return 0
+    shape = checkpoint.shape
+    title = (
+        f"{shape.architecture} ({shape.attention.value.upper()}, {shape.num_layers} layers) · TP{args.tp} · "
+        f"{gpus} x {args.gpu_memory_gib:g} GiB · tensors from {checkpoint.inventory.origin}"
+    )
+    print(render_table(compare(checkpoint, request), title))
+    return 0

@@ -1,0 +1,224 @@
+"""The capacity plan: from a checkpoint and a serving request to weights, KV tokens and concurrency.
+
+`CapacityPlan` is the one result type: `kvant plan --json` prints it (snake_case), the operator
+writes its summary to `status.plan` (camelCase), and the simulator reads the JSON with `--plan`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from pydantic import BaseModel, ConfigDict
+
+from kvant_operator.api.spec import KvCacheDtype, QuantizedModelSpec, QuantTargets, WeightFormat
+from kvant_operator.api.status import PlanStatus
+from kvant_operator.planner.architecture import Attention, ModelShape
+from kvant_operator.planner.capacity import (
+    GIB,
+    RUNTIME_RESERVE_BYTES,
+    kv_bytes_per_token_per_gpu,
+    kv_dtype_bytes,
+    kv_tokens_per_gpu,
+    max_concurrency,
+    sglang_default_mem_fraction_static,
+)
+from kvant_operator.planner.checkpoint import Checkpoint
+from kvant_operator.planner.weights import Conversion, WeightSizes, size_weights
+
+DEFAULT_CONTEXTS = (4096, 32768, 131072)
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """How the model is to be served. `weights_format` None keeps the source format."""
+
+    gpu_memory_gib: float
+    tensor_parallel: int = 1
+    gpus: int | None = None  # GPUs per replica; None = tensor_parallel
+    kv_cache_dtype: KvCacheDtype = KvCacheDtype.FP8_E4M3
+    weights_format: WeightFormat | None = None
+    group_size: int = 128
+    targets: QuantTargets | None = None  # None: experts for MoE models, all-linear for dense ones
+    ignore: tuple[str, ...] = ()
+    mem_fraction_static: float | None = None
+    page_size: int = 1
+    contexts: tuple[int, ...] = DEFAULT_CONTEXTS
+
+    @classmethod
+    def from_spec(cls, spec: QuantizedModelSpec, contexts: tuple[int, ...] = DEFAULT_CONTEXTS) -> PlanRequest:
+        serving, weights = spec.serving, spec.weights
+        return cls(
+            gpu_memory_gib=serving.gpu.memory_gib,
+            tensor_parallel=serving.tensor_parallel,
+            gpus=serving.gpu.count,
+            kv_cache_dtype=spec.kv_cache.dtype,
+            weights_format=weights.format,
+            group_size=weights.group_size or 128,
+            targets=weights.targets,
+            ignore=tuple(weights.ignore),
+            mem_fraction_static=serving.mem_fraction_static,
+            page_size=serving.page_size,
+            contexts=contexts,
+        )
+
+
+class CapacityPlan(BaseModel):
+    """Capacity of one replica. Byte counts are exact integers; max_concurrency maps context → requests."""
+
+    model_config = ConfigDict(frozen=True)
+
+    architecture: str
+    attention: Attention
+    inventory: str
+    tensor_parallel: int
+    data_parallel: int
+    gpu_memory_bytes: int
+    source_format: WeightFormat
+    weights_format: WeightFormat
+    group_size: int | None
+    targets: QuantTargets | None
+    kv_cache_dtype: KvCacheDtype
+    kv_bytes_per_token_per_gpu: int
+    source_checkpoint_bytes: int
+    checkpoint_bytes: int
+    weight_bytes_per_gpu: int
+    mem_fraction_static: float
+    mem_fraction_static_source: str  # "sglang-default" or "spec"
+    page_size: int
+    kv_tokens_per_replica: int
+    max_concurrency: dict[int, int]
+    fits: bool
+    warnings: list[str]
+
+    def to_status(self) -> PlanStatus:
+        return PlanStatus(
+            kv_cache_dtype=self.kv_cache_dtype,
+            kvBytesPerTokenPerGPU=self.kv_bytes_per_token_per_gpu,
+            weightBytesPerGPU=self.weight_bytes_per_gpu,
+            kv_tokens_per_replica=self.kv_tokens_per_replica,
+            mem_fraction_static=self.mem_fraction_static,
+            page_size=self.page_size,
+            max_concurrency={str(k): v for k, v in self.max_concurrency.items()},
+            fits=self.fits,
+            warnings=self.warnings[:16],
+        )
+
+
+def make_plan(checkpoint: Checkpoint, request: PlanRequest) -> CapacityPlan:
+    shape, tp = checkpoint.shape, request.tensor_parallel
+    gpus = request.gpus or tp
+    source = checkpoint.source_format
+    conversion = _conversion(shape, source, request)
+    sizes = size_weights(checkpoint.inventory, conversion, tp, shape.num_layers)
+    cell = kv_bytes_per_token_per_gpu(shape, tp, kv_dtype_bytes(request.kv_cache_dtype, shape.dtype_bytes))
+    mfs = request.mem_fraction_static or sglang_default_mem_fraction_static(request.gpu_memory_gib, tp)
+    gpu_bytes = int(request.gpu_memory_gib * GIB)
+    tokens = gpus // tp * kv_tokens_per_gpu(gpu_bytes, sizes.bytes_per_gpu, mfs, cell, request.page_size)
+    concurrency = {c: max_concurrency(tokens, c, request.page_size) for c in request.contexts}
+    warnings = _warnings(
+        shape=shape,
+        request=request,
+        sizes=sizes,
+        conversion=conversion,
+        gpu_bytes=gpu_bytes,
+        mfs=mfs,
+        tokens=tokens,
+    )
+    quantized = conversion.format in (WeightFormat.INT4, WeightFormat.FP8)
+    return CapacityPlan(
+        architecture=shape.architecture,
+        attention=shape.attention,
+        inventory=checkpoint.inventory.origin,
+        tensor_parallel=tp,
+        data_parallel=gpus // tp,
+        gpu_memory_bytes=gpu_bytes,
+        source_format=source,
+        weights_format=conversion.format,
+        group_size=conversion.group_size if conversion.format is WeightFormat.INT4 else None,
+        targets=conversion.targets if quantized and conversion.format is not source else None,
+        kv_cache_dtype=request.kv_cache_dtype,
+        kv_bytes_per_token_per_gpu=cell,
+        source_checkpoint_bytes=checkpoint.inventory.nbytes,
+        checkpoint_bytes=sizes.checkpoint_bytes,
+        weight_bytes_per_gpu=sizes.bytes_per_gpu,
+        mem_fraction_static=mfs,
+        mem_fraction_static_source="spec" if request.mem_fraction_static else "sglang-default",
+        page_size=request.page_size,
+        kv_tokens_per_replica=tokens,
+        max_concurrency=concurrency,
+        fits=tokens >= max(request.contexts) and not _weights_overflow(sizes, gpu_bytes, mfs),
+        warnings=warnings,
+    )
+
+
+def compare(checkpoint: Checkpoint, request: PlanRequest) -> list[CapacityPlan]:
+    """The requested plan first, then source and INT4 weights each with BF16 and FP8 KV."""
+    variants = [request] + [
+        replace(request, weights_format=fmt, kv_cache_dtype=kv)
+        for fmt in (None, WeightFormat.INT4)
+        for kv in (KvCacheDtype.BF16, KvCacheDtype.FP8_E4M3)
+    ]
+    plans: list[CapacityPlan] = []
+    for variant in variants:
+        plan = make_plan(checkpoint, variant)
+        if all(
+            (p.weights_format, p.kv_cache_dtype) != (plan.weights_format, plan.kv_cache_dtype) for p in plans
+        ):
+            plans.append(plan)
+    return plans
+
+
+def _conversion(shape: ModelShape, source: WeightFormat, request: PlanRequest) -> Conversion:
+    default_targets = QuantTargets.EXPERTS if shape.moe is not None else QuantTargets.ALL_LINEAR
+    return Conversion(
+        format=request.weights_format or source,
+        group_size=request.group_size,
+        targets=request.targets or default_targets,
+        ignore=request.ignore,
+    )
+
+
+def _weights_overflow(sizes: WeightSizes, gpu_bytes: int, mfs: float) -> bool:
+    return sizes.bytes_per_gpu >= (gpu_bytes - RUNTIME_RESERVE_BYTES) * mfs
+
+
+def _warnings(
+    *,
+    shape: ModelShape,
+    request: PlanRequest,
+    sizes: WeightSizes,
+    conversion: Conversion,
+    gpu_bytes: int,
+    mfs: float,
+    tokens: int,
+) -> list[str]:
+    tp, warnings = request.tensor_parallel, []
+    if _weights_overflow(sizes, gpu_bytes, mfs):
+        budget = (gpu_bytes - RUNTIME_RESERVE_BYTES) * mfs
+        warnings.append(
+            f"weights need {sizes.bytes_per_gpu / GIB:.1f} GiB per GPU but mem_fraction_static {mfs} leaves "
+            f"{budget / GIB:.1f} GiB for weights and KV cache: use int4 weights, a larger tensorParallel, "
+            "or bigger GPUs"
+        )
+    elif tokens < max(request.contexts):
+        warnings.append(
+            f"the KV cache holds {tokens} tokens per replica, fewer than one request at "
+            f"{max(request.contexts)} tokens: use an FP8 KV cache, int4 weights, or a larger tensorParallel"
+        )
+    if shape.num_attention_heads % tp:
+        warnings.append(
+            f"num_attention_heads {shape.num_attention_heads} is not divisible by tensorParallel {tp}; "
+            "SGLang will not start"
+        )
+    too_long = [c for c in request.contexts if shape.max_context and c > shape.max_context]
+    if too_long:
+        warnings.append(
+            f"context {', '.join(map(str, too_long))} exceeds the model's max_position_embeddings "
+            f"{shape.max_context}"
+        )
+    if sizes.indivisible_tensors:
+        warnings.append(
+            f"{sizes.indivisible_tensors} target tensors have an input dimension not divisible by groupSize "
+            f"{conversion.group_size}; the last group of each is padded"
+        )
+    return warnings

@@ -1,0 +1,242 @@
+"""The API server rejects invalid QuantizedModels at create or update, each message naming the field.
+
+Every create-time case is also fed to the Python models: they must reject it too, and where the
+rule is CEL, with the very message the API server returned (one rule, two enforcers).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from kvant_operator.api import QuantizedModelSpec
+from kvant_operator.api import spec as spec_models
+from kvant_operator.api.rules import ApiModel
+from tests.integration.qm_crd import GROUP, PLURAL, VERSION, install_crd, manifest
+
+pytestmark = pytest.mark.cluster
+
+NAMESPACE = "qm-validation"
+MODELS = [m for m in vars(spec_models).values() if isinstance(m, type) and issubclass(m, ApiModel)]
+RULE_MESSAGES = [r.message for m in MODELS for r in m.rules] + [
+    r.message for m in MODELS for r in m.transition_rules
+]
+
+
+def valid_spec() -> dict[str, Any]:
+    return {
+        "source": {"uri": "file:///models/tiny"},
+        "serving": {"engine": "simulator", "gpu": {"memoryGiB": 80}},
+    }
+
+
+DELETE = object()  # in a change: remove this key
+
+
+def changed(patch: dict[str, Any]) -> dict[str, Any]:
+    def merge(into: dict[str, Any], change: dict[str, Any]) -> None:
+        for key, value in change.items():
+            if value is DELETE:
+                del into[key]
+            elif isinstance(value, dict) and isinstance(into.get(key), dict):
+                merge(into[key], value)
+            else:
+                into[key] = value
+
+    spec = copy.deepcopy(valid_spec())
+    merge(spec, patch)
+    return spec
+
+
+PD = {"mode": "prefill-decode"}
+# (id, change to the valid spec, the field the message must name, whether a CEL rule rejects it)
+CREATE_CASES = [
+    ("bad-weight-format", {"weights": {"format": "int5"}}, "spec.weights.format", False),
+    ("group-size-outside-set", {"weights": {"groupSize": 48}}, "spec.weights.groupSize", False),
+    ("method-on-bf16", {"weights": {"format": "bf16", "method": "gptq"}}, "spec.weights.method", True),
+    ("group-size-on-fp8", {"weights": {"format": "fp8", "groupSize": 64}}, "spec.weights.groupSize", True),
+    ("bad-kv-dtype", {"kvCache": {"dtype": "fp4"}}, "spec.kvCache.dtype", False),
+    ("unit-scales-on-bf16-kv", {"kvCache": {"dtype": "bf16", "scales": "unit"}}, "spec.kvCache.scales", True),
+    ("unit-scales-on-auto-kv", {"kvCache": {"dtype": "auto", "scales": "unit"}}, "spec.kvCache.scales", True),
+    (
+        "calibration-with-unit-scales",
+        {"kvCache": {"scales": "unit", "calibration": {"samples": 4}}},
+        "spec.kvCache.calibration",
+        True,
+    ),
+    (
+        "concurrency-min-above-max",
+        {"protection": {"concurrency": {"min": 9, "max": 8}}},
+        "spec.protection.concurrency.min",
+        True,
+    ),
+    (
+        "protection-max-above-limit",
+        {"limits": {"maxConcurrency": 16}, "protection": {"concurrency": {"max": 32}}},
+        "spec.protection.concurrency.max",
+        True,
+    ),
+    (
+        "pd-mismatched-kv-dtypes",
+        {
+            "serving": {
+                "disaggregation": {
+                    **PD,
+                    "prefill": {"kvCacheDtype": "bf16"},
+                    "decode": {"kvCacheDtype": "fp8_e4m3"},
+                }
+            }
+        },
+        "spec.serving.disaggregation",
+        True,
+    ),
+    (
+        "pd-role-dtype-differs-from-spec",
+        {
+            "kvCache": {"dtype": "fp8_e4m3"},
+            "serving": {"disaggregation": {**PD, "decode": {"kvCacheDtype": "bf16"}}},
+        },
+        "spec.serving.disaggregation",
+        True,
+    ),
+    ("negative-replicas", {"serving": {"replicas": -1}}, "spec.serving.replicas", False),
+    (
+        "token-usage-above-one",
+        {"protection": {"targetTokenUsage": 1.5}},
+        "spec.protection.targetTokenUsage",
+        False,
+    ),
+    ("token-usage-zero", {"protection": {"targetTokenUsage": 0}}, "spec.protection.targetTokenUsage", False),
+    ("zero-max-concurrency", {"limits": {"maxConcurrency": 0}}, "spec.limits.maxConcurrency", False),
+    (
+        "tp-not-dividing-gpus",
+        {"serving": {"tensorParallel": 3, "gpu": {"count": 8}}},
+        "spec.serving.tensorParallel",
+        True,
+    ),
+    (
+        "engine-args-own-kv-dtype",
+        {"serving": {"engineArgs": ["--trust-remote-code", "--kv-cache-dtype=bf16"]}},
+        "spec.serving.engineArgs",
+        True,
+    ),
+    (
+        "role-engine-args-own-tp",
+        {"serving": {"disaggregation": {**PD, "prefill": {"engineArgs": ["--tp-size"]}}}},
+        "spec.serving.disaggregation.prefill.engineArgs",
+        True,
+    ),
+    ("unknown-source-scheme", {"source": {"uri": "ftp://host/model"}}, "spec.source.uri", True),
+    ("hf-source-without-revision", {"source": {"uri": "hf://org/model"}}, "spec.source.revision", True),
+    ("missing-gpu-memory", {"serving": {"gpu": {"memoryGiB": DELETE}}}, "spec.serving.gpu.memoryGiB", False),
+    (
+        "bad-credentials-secret-name",
+        {"source": {"credentialsSecret": "Not_A_Name"}},
+        "spec.source.credentialsSecret",
+        False,
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def custom(apiserver: Any) -> Iterator[client.CustomObjectsApi]:
+    install_crd(apiserver, NAMESPACE)
+    yield client.CustomObjectsApi(apiserver.api_client())
+    apiserver.kubectl("delete", "quantizedmodels", "--all", "-n", NAMESPACE, "--wait=false", check=False)
+
+
+def server_rejection(call: Any, status: int = 422) -> str:
+    with pytest.raises(ApiException) as rejected:
+        call()
+    assert rejected.value.status == status, rejected.value.body
+    body = json.loads(rejected.value.body)
+    causes = " | ".join(
+        f"{c.get('field')}: {c.get('message')}" for c in body.get("details", {}).get("causes", [])
+    )
+    return f"{body['message']} | {causes}"
+
+
+def model_rejection(spec: dict[str, Any]) -> str:
+    with pytest.raises(ValidationError) as rejected:
+        QuantizedModelSpec.model_validate(spec)
+    return str(rejected.value)
+
+
+def test_the_valid_spec_is_accepted(custom: client.CustomObjectsApi):
+    body = manifest("valid", valid_spec())
+    custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, body, field_validation="Strict")
+
+
+@pytest.mark.parametrize(
+    ("case", "change", "field", "by_cel"), CREATE_CASES, ids=[c[0] for c in CREATE_CASES]
+)
+def test_invalid_resource_is_rejected_at_create(
+    custom: client.CustomObjectsApi, case: str, change: dict[str, Any], field: str, by_cel: bool
+):
+    spec = changed(change)
+    body = manifest(case, spec)
+    message = server_rejection(
+        lambda: custom.create_namespaced_custom_object(
+            GROUP, VERSION, NAMESPACE, PLURAL, body, field_validation="Strict"
+        )
+    )
+    assert field in message, message
+    ours = model_rejection(spec)
+    assert field.rsplit(".", 1)[-1] in ours, ours
+    if by_cel:
+        shared = [m for m in RULE_MESSAGES if m in message]
+        assert shared, f"expected a CEL rule's message: {message}"
+        for rule_message in shared:
+            assert rule_message in ours, f"the models reject with another message: {ours}"
+
+
+def test_unknown_field_is_rejected_naming_it(custom: client.CustomObjectsApi):
+    body = manifest("unknown-field", changed({"serving": {"gpus": 8}}))
+    message = server_rejection(
+        lambda: custom.create_namespaced_custom_object(
+            GROUP, VERSION, NAMESPACE, PLURAL, body, field_validation="Strict"
+        ),
+        status=400,  # strict decoding refuses before validation
+    )
+    assert "spec.serving.gpus" in message, message
+
+
+def create_valid(custom: client.CustomObjectsApi, name: str) -> None:
+    custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, manifest(name, valid_spec()))
+
+
+def test_source_change_is_rejected_at_update(custom: client.CustomObjectsApi):
+    create_valid(custom, "immutable-source")
+    patch = {"spec": {"source": {"uri": "file:///models/other"}}}
+    message = server_rejection(
+        lambda: custom.patch_namespaced_custom_object(
+            GROUP, VERSION, NAMESPACE, PLURAL, "immutable-source", patch
+        )
+    )
+    assert "spec.source" in message and "immutable" in message, message
+    custom.patch_namespaced_custom_object(
+        GROUP, VERSION, NAMESPACE, PLURAL, "immutable-source", {"spec": {"limits": {"maxConcurrency": 8}}}
+    )
+
+
+def test_limit_edit_breaking_a_rule_is_rejected_at_update(custom: client.CustomObjectsApi):
+    create_valid(custom, "limit-edit")
+    patch = {"spec": {"protection": {"concurrency": {"min": 4}}, "limits": {"maxConcurrency": 2}}}
+    message = server_rejection(
+        lambda: custom.patch_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, "limit-edit", patch)
+    )
+    assert "spec.protection.concurrency.min" in message, message
+
+
+def test_kubectl_apply_shows_the_field_to_the_user(apiserver: Any, custom: client.CustomObjectsApi):
+    bad = manifest("kubectl-bad", changed({"weights": {"format": "bf16", "groupSize": 128}}))
+    result = apiserver.kubectl("apply", "-n", NAMESPACE, "-f", "-", input=json.dumps(bad), check=False)
+    assert result.returncode != 0
+    assert "spec.weights.groupSize" in result.stderr and "format: int4" in result.stderr, result.stderr

@@ -1,0 +1,78 @@
+"""`kvant plan`: JSON for machines (the simulator reads it), a comparison table for people."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvant_cli.main import main
+from tests.unit.planner_configs import deepseek_v3, llama_3_1_70b, write_config
+
+SIMULATOR_KEYS = {
+    "kv_bytes_per_token_per_gpu",
+    "weight_bytes_per_gpu",
+    "kv_tokens_per_replica",
+    "mem_fraction_static",
+    "max_concurrency",
+    "page_size",
+    "kv_cache_dtype",
+}
+
+
+def plan_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    assert main(["plan", *argv, "--json"]) == 0
+    plan: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return plan
+
+
+def test_json_has_the_keys_the_simulator_reads(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    config = write_config(tmp_path, llama_3_1_70b())
+    plan = plan_json(
+        capsys, "--config", str(config), "--tp", "8", "--gpu-memory-gib", "80", "--kv-dtype", "bf16"
+    )
+    assert plan.keys() >= SIMULATOR_KEYS
+    assert plan["kv_bytes_per_token_per_gpu"] == 40_960
+    assert plan["kv_cache_dtype"] == "bf16"
+    assert set(plan["max_concurrency"]) == {"4096", "32768", "131072"}
+    assert plan["max_concurrency"]["4096"] == plan["kv_tokens_per_replica"] // 4096
+
+
+def test_flags_reach_the_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    config = write_config(tmp_path, deepseek_v3())
+    plan = plan_json(
+        capsys,
+        *("--config", str(tmp_path), "--tp", "8", "--gpu-memory-gib", "141", "--weights", "int4"),
+        *("--group-size", "32", "--targets", "experts", "--mem-fraction-static", "0.85", "--page-size", "64"),
+        *("--context", "8192", "--context", "65536"),
+    )
+    assert config.parent == tmp_path
+    assert (plan["weights_format"], plan["group_size"], plan["targets"]) == ("int4", 32, "experts")
+    assert (plan["mem_fraction_static"], plan["page_size"]) == (0.85, 64)
+    assert plan["kv_tokens_per_replica"] % 64 == 0
+    assert set(plan["max_concurrency"]) == {"8192", "65536"}
+    assert plan["checkpoint_bytes"] < plan["source_checkpoint_bytes"]
+
+
+def test_table_compares_kv_dtypes_and_weight_formats(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    config = write_config(tmp_path, llama_3_1_70b())
+    assert (
+        main(["plan", "--config", str(config), "--tp", "8", "--gpu-memory-gib", "80", "--weights", "int4"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if "KV" in line and "+" in line)
+    for column in ("int4 + fp8_e4m3 KV *", "bf16 + bf16 KV", "bf16 + fp8_e4m3 KV", "int4 + bf16 KV"):
+        assert column in header
+    assert "KV tokens per replica" in out and "max concurrency @128K" in out
+
+
+def test_unreadable_config_is_an_error_message_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    config = write_config(tmp_path, {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]})
+    assert main(["plan", "--config", str(config), "--gpu-memory-gib", "80"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvant plan: ") and "GPT2LMHeadModel" in err and "Traceback" not in err
