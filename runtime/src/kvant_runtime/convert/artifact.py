@@ -1,0 +1,122 @@
+"""What finalize writes besides the shards: index, config.json with the compressed-tensors
+quantization_config, copied tokenizer/generation files, and the manifest with the artifact digest.
+
+The digest is the sha256 of the sorted `"<sha256>  <path>"` lines of every file except the manifest, so
+it depends only on the bytes of the artifact, never on how many workers made it or how often they ran.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from kvant_runtime.convert.recipe import Recipe
+from kvant_runtime.convert.source import INDEX_FILE, SINGLE_FILE, SourceCheckpoint
+
+MANIFEST_VERSION = 1
+KV_SCALE_SUFFIXES = ("k_scale", "v_scale")
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf")
+_REWRITTEN = {"config.json", INDEX_FILE}
+
+
+def quantization_config(recipe: Recipe, ignore: list[str], has_kv_scales: bool) -> dict[str, Any]:
+    """Symmetric grouped W4A16 in `pack-quantized`, as SGLang, vLLM and transformers read it."""
+    weights = {
+        "num_bits": 4,
+        "type": "int",
+        "symmetric": True,
+        "strategy": "group",
+        "group_size": recipe.group_size,
+        "dynamic": False,
+        "actorder": None,
+        "observer": "minmax",
+    }
+    kv_cache_scheme = (
+        {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "tensor", "dynamic": False}
+        if has_kv_scales
+        else None
+    )
+    return {
+        "quant_method": "compressed-tensors",
+        "format": "pack-quantized",
+        "quantization_status": "compressed",
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": weights,
+                "input_activations": None,
+                "output_activations": None,
+                "format": "pack-quantized",
+            }
+        },
+        "ignore": sorted(set(ignore)),
+        "kv_cache_scheme": kv_cache_scheme,
+    }
+
+
+def output_config(
+    source: SourceCheckpoint, recipe: Recipe, ignore: list[str], has_kv_scales: bool
+) -> dict[str, Any]:
+    config = {key: value for key, value in source.config.items() if key != "quantization_config"}
+    config["quantization_config"] = quantization_config(recipe, ignore, has_kv_scales)
+    return config
+
+
+def index(weight_map: dict[str, str], total_size: int) -> dict[str, Any]:
+    return {"metadata": {"total_size": total_size}, "weight_map": dict(sorted(weight_map.items()))}
+
+
+def copied_files(source: SourceCheckpoint) -> list[str]:
+    """Top-level files copied unchanged: tokenizer, generation config, chat template, remote code, license."""
+    return sorted(
+        path.name
+        for path in source.directory.iterdir()
+        if path.is_file()
+        and not path.name.startswith(".")
+        and not path.name.endswith(_WEIGHT_SUFFIXES)
+        and path.name not in _REWRITTEN
+        and path.name != SINGLE_FILE
+    )
+
+
+def copy_into(source: SourceCheckpoint, names: list[str], staging_dir: Path) -> None:
+    for name in names:
+        shutil.copyfile(source.directory / name, staging_dir / name)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while chunk := file.read(16 * 1024 * 1024):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def artifact_digest(files: dict[str, dict[str, Any]]) -> str:
+    lines = "".join(f"{files[name]['sha256']}  {name}\n" for name in sorted(files))
+    return "sha256:" + hashlib.sha256(lines.encode()).hexdigest()
+
+
+def manifest(
+    recipe: Recipe, source: SourceCheckpoint, revision: str | None, files: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    return {
+        "kvantManifestVersion": MANIFEST_VERSION,
+        "recipe": recipe.to_json(),
+        "source": {
+            "revision": revision,
+            "format": "fp8-block" if source.fp8_block else "dense",
+            "files": {shard: source.shard_bytes(shard) for shard in source.shards},
+        },
+        "files": files,
+        "bytes": sum(entry["bytes"] for entry in files.values()),
+        "sourceBytes": sum(source.shard_bytes(shard) for shard in source.shards),
+        "digest": artifact_digest(files),
+    }
+
+
+def dumps(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2) + "\n"

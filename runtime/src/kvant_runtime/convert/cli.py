@@ -1,0 +1,134 @@
+"""`kvant convert`: the command line the operator's conversion Job runs too."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from kvant_runtime.convert.errors import ConvertError
+from kvant_runtime.convert.progress import Progress
+
+_DESCRIPTION = """\
+Convert a safetensors checkpoint (bf16/fp16/fp32 or FP8-block) to compressed-tensors INT4
+(pack-quantized W4A16), streaming shard by shard. Output is staged under OUTPUT_DIR/.kvant-partial
+and published by writing OUTPUT_DIR/kvant-manifest.json last; rerunning resumes finished shards.
+"""
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "convert",
+        help="convert a checkpoint to INT4 (streaming, resumable, distributable)",
+        description=_DESCRIPTION,
+    )
+    parser.add_argument("source", type=Path, metavar="SOURCE_DIR")
+    parser.add_argument("output", type=Path, metavar="OUTPUT_DIR")
+    parser.add_argument("--format", default="int4", help="target weight format (only int4)")
+    parser.add_argument("--group-size", type=int, default=128, help="INT4 group size: 32, 64 or 128")
+    parser.add_argument(
+        "--targets", default="all-linear", help="all-linear, or experts (MoE routed experts only)"
+    )
+    parser.add_argument(
+        "--ignore",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="keep matching modules unquantized: a module name (or dotted tail), or re:REGEX; repeatable",
+    )
+    parser.add_argument("--revision", help="source revision recorded in the manifest (commit or tag)")
+    parser.add_argument("--worker-index", type=int, default=0, help="this worker's index, 0..workers-1")
+    parser.add_argument("--workers", type=int, default=1, help="number of workers sharing the shards")
+    parser.add_argument(
+        "--finalize",
+        action="store_true",
+        help="after all workers: check, write index/config/manifest, publish",
+    )
+    parser.add_argument("--threads", type=int, default=0, help="pipeline threads (default: one per CPU core)")
+    parser.add_argument(
+        "--progress-json", metavar="PATH", help="also write progress as JSON lines to PATH ('-' for stdout)"
+    )
+    parser.add_argument("--debug", action="store_true", help="show Python tracebacks")
+    parser.set_defaults(run=_run)
+    _register_tiny_model(subparsers)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from kvant_runtime.convert.converter import Job, run  # noqa: PLC0415 - the registrar stays import-light
+    from kvant_runtime.convert.recipe import Recipe  # noqa: PLC0415
+
+    try:
+        machine = _open_progress(args.progress_json)
+    except OSError as err:
+        print(f"kvant convert: error: --progress-json {args.progress_json}: {err.strerror}", file=sys.stderr)
+        return 2
+    progress = Progress(human=sys.stderr, machine=machine)
+    try:
+        job = Job(
+            source_dir=args.source,
+            output_dir=args.output,
+            recipe=Recipe(args.format, args.group_size, args.targets, tuple(args.ignore)),
+            revision=args.revision,
+            worker_index=args.worker_index,
+            workers=args.workers,
+            finalize=args.finalize,
+            threads=args.threads,
+        )
+        run(job, progress)
+        return 0
+    except ConvertError as err:
+        return _fail(args, progress, str(err), err)
+    except KeyboardInterrupt:
+        return _fail(args, progress, "interrupted; rerun the same command to resume", None, code=130)
+    except Exception as err:  # an unexpected failure: still one line unless --debug
+        return _fail(args, progress, f"internal error: {type(err).__name__}: {err}", err)
+    finally:
+        if machine not in (None, sys.stdout):
+            machine.close()
+
+
+def _fail(
+    args: argparse.Namespace, progress: Progress, message: str, err: BaseException | None, code: int = 1
+) -> int:
+    progress.error(message)
+    if args.debug and err is not None:
+        raise err
+    hint = (
+        " (rerun with --debug for a traceback)"
+        if err is not None and not isinstance(err, ConvertError)
+        else ""
+    )
+    print(f"kvant convert: error: {message}{hint}", file=sys.stderr)
+    return code
+
+
+def _open_progress(target: str | None) -> TextIO | None:
+    if target is None:
+        return None
+    if target == "-":
+        return sys.stdout
+    return open(target, "a", buffering=1)
+
+
+def _register_tiny_model(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "tiny-model",
+        help="write a tiny random-weight checkpoint (Llama GQA or DeepSeek-V3 MLA+MoE) for tests and demos",
+    )
+    parser.add_argument("output", type=Path, metavar="OUTPUT_DIR")
+    parser.add_argument("--arch", choices=("llama", "deepseek_v3"), default="llama")
+    parser.add_argument("--dtype", choices=("bf16", "fp8-block"), default="bf16")
+    parser.add_argument("--shards", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.set_defaults(run=_run_tiny_model)
+
+
+def _run_tiny_model(args: argparse.Namespace) -> int:
+    from kvant_runtime.tinymodel import make_tiny_checkpoint  # noqa: PLC0415
+
+    path = make_tiny_checkpoint(
+        args.output, arch=args.arch, dtype=args.dtype, shards=args.shards, seed=args.seed
+    )
+    print(f"wrote {args.arch} ({args.dtype}) checkpoint to {path}")
+    return 0

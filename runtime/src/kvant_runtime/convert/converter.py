@@ -1,0 +1,165 @@
+"""Orchestrates a conversion: which shards this worker owns, resume, and finalize/publish.
+
+`workers == 1` converts every shard and publishes. With `workers = N > 1`, worker `I` converts the
+shards at positions i ≡ I (mod N) of the sorted shard list into the shared staging prefix and stops;
+a separate `finalize` checks every shard is done and publishes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kvant_runtime.convert import artifact
+from kvant_runtime.convert.errors import ConvertError
+from kvant_runtime.convert.progress import Progress
+from kvant_runtime.convert.recipe import Recipe
+from kvant_runtime.convert.safetensors_io import ShardReader
+from kvant_runtime.convert.shard import convert_shard, plan_shard, unquantized_linear_modules
+from kvant_runtime.convert.source import INDEX_FILE, SourceCheckpoint, open_source
+from kvant_runtime.convert.staging import Staging
+
+
+@dataclass(frozen=True)
+class Job:
+    source_dir: Path
+    output_dir: Path
+    recipe: Recipe
+    revision: str | None = None
+    worker_index: int = 0
+    workers: int = 1
+    finalize: bool = False
+    threads: int = 0  # 0: one per CPU core
+
+    def __post_init__(self) -> None:
+        if self.workers < 1 or not 0 <= self.worker_index < self.workers:
+            raise ConvertError(
+                f"--worker-index {self.worker_index} --workers {self.workers}: need workers >= 1 "
+                "and 0 <= worker-index < workers"
+            )
+        if self.finalize and self.workers > 1:
+            raise ConvertError("--finalize runs once after all workers; do not combine it with --workers")
+
+
+def run(job: Job, progress: Progress) -> dict[str, Any] | None:
+    """Runs the job; returns the published manifest, or None when this worker's part is done."""
+    staging = Staging(job.output_dir)
+    identity = _identity(job)
+    if (published := staging.published_manifest()) is not None:
+        return _already_published(job, published, identity, progress)
+    source = open_source(job.source_dir)
+    if job.finalize:
+        staging.check_identity(identity)
+    else:
+        staging.claim(identity)
+        _convert_my_shards(job, source, staging, progress)
+        if job.workers > 1:
+            progress.done(f"worker {job.worker_index}/{job.workers} finished its shards in {staging.dir}")
+            return None
+    manifest = finalize(job, source, staging)
+    progress.done(f"published {job.output_dir} ({manifest['bytes'] / 1e9:.2f} GB, {manifest['digest']})")
+    return manifest
+
+
+def _identity(job: Job) -> dict[str, Any]:
+    """What a partial or published output was made from; a resume must match it exactly."""
+    return {"recipe": job.recipe.to_json(), "revision": job.revision}
+
+
+def _already_published(
+    job: Job, published: dict[str, Any], identity: dict[str, Any], progress: Progress
+) -> dict[str, Any]:
+    if published["recipe"] != identity["recipe"] or published["source"]["revision"] != job.revision:
+        raise ConvertError(
+            f"{job.output_dir} already holds a published artifact made with recipe {published['recipe']} "
+            f"from revision {published['source']['revision']!r}; choose another output directory"
+        )
+    progress.done(f"{job.output_dir} is already published ({published['digest']}); nothing to do")
+    return published
+
+
+def _convert_my_shards(job: Job, source: SourceCheckpoint, staging: Staging, progress: Progress) -> None:
+    mine = [shard for i, shard in enumerate(source.shards) if i % job.workers == job.worker_index]
+    done = [shard for shard in mine if staging.marker(shard) is not None]
+    progress.start(
+        shards_total=len(mine),
+        bytes_total=sum(source.shard_bytes(s) for s in mine),
+        shards_done=len(done),
+        bytes_done=sum(source.shard_bytes(s) for s in done),
+    )
+    threads = job.threads or os.cpu_count() or 1
+    # The pool parallelises across tensors; torch's own threads would only oversubscribe the cores.
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // threads))
+    for shard in mine:
+        if shard in done:
+            continue
+        counted = [0]
+
+        def advance(nbytes: int, counted: list[int] = counted) -> None:
+            counted[0] += nbytes
+            progress.advance(nbytes)
+
+        result = convert_shard(
+            source=source,
+            shard=shard,
+            recipe=job.recipe,
+            destination=staging.partial_path(shard),
+            threads=threads,
+            on_bytes=advance,
+        )
+        progress.advance(source.shard_bytes(shard) - counted[0])  # the header and consumed FP8 scales
+        staging.finish_shard(
+            shard,
+            {
+                "bytes": result.file_bytes,
+                "sha256": result.sha256,
+                "tensorBytes": result.tensor_bytes,
+                "tensors": list(result.tensors),
+            },
+        )
+        progress.shard_done(shard)
+
+
+def finalize(job: Job, source: SourceCheckpoint, staging: Staging) -> dict[str, Any]:
+    markers = {shard: staging.marker(shard) for shard in source.shards}
+    if missing := [shard for shard, marker in markers.items() if marker is None]:
+        listed = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
+        raise ConvertError(
+            f"cannot finalize {job.output_dir}: {len(missing)} of {len(source.shards)} shards are not "
+            f"converted yet ({listed}); run the workers that own them"
+        )
+    done = {shard: marker for shard, marker in markers.items() if marker is not None}
+    ignore, has_kv_scales = _config_facts(job, source)
+    weight_map = {name: shard for shard, marker in done.items() for name in marker["tensors"]}
+    written = {
+        INDEX_FILE: artifact.index(weight_map, sum(marker["tensorBytes"] for marker in done.values())),
+        "config.json": artifact.output_config(source, job.recipe, ignore, has_kv_scales),
+    }
+    for name, data in written.items():
+        staging.staged_path(name).write_text(artifact.dumps(data))
+    copied = artifact.copied_files(source)
+    artifact.copy_into(source, copied, staging.dir)
+    files = {shard: {"sha256": marker["sha256"], "bytes": marker["bytes"]} for shard, marker in done.items()}
+    for name in [*written, *copied]:
+        path = staging.staged_path(name)
+        files[name] = {"sha256": artifact.file_sha256(path), "bytes": path.stat().st_size}
+    manifest = artifact.manifest(job.recipe, source, job.revision, files)
+    staging.publish(sorted(files), manifest)
+    return manifest
+
+
+def _config_facts(job: Job, source: SourceCheckpoint) -> tuple[list[str], bool]:
+    """The unquantized Linear modules and whether KV scales exist, from the source headers alone."""
+    ignore: list[str] = []
+    has_kv_scales = False
+    for shard in source.shards:
+        reader = ShardReader(source.shard_path(shard))
+        reader.close()
+        jobs = plan_shard(source, shard, reader, job.recipe)
+        ignore += unquantized_linear_modules(jobs)
+        has_kv_scales |= any(j.source.name.endswith(artifact.KV_SCALE_SUFFIXES) for j in jobs)
+    return ignore, has_kv_scales

@@ -1,0 +1,237 @@
+"""Converts one source shard into one output shard: plan from the header, then read → quantize → write.
+
+The plan (every output tensor's name, dtype and shape) comes from the source header alone, so the
+output header is written first and tensors stream through. Reading and quantizing run on a thread
+pool; the writer takes results in plan order from a bounded window of futures, which bounds memory
+to a few tensors in flight.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+import torch
+
+from kvant_kernels.fp8_block import dequantize_fp8_block
+from kvant_kernels.int4 import check_groupable, compress_int4
+from kvant_runtime.convert.errors import ConvertError
+from kvant_runtime.convert.recipe import Recipe, is_linear_weight, module_of, should_quantize
+from kvant_runtime.convert.safetensors_io import DTYPES, ShardReader, ShardWriter, TensorInfo, planned
+from kvant_runtime.convert.source import DENSE_DTYPES, SourceCheckpoint
+
+FP8_SCALE_SUFFIX = "_scale_inv"
+# FP8-block weights that stay unquantized are written in this dtype (dequantized once from fp32).
+FP8_UNQUANTIZED_DTYPE = torch.bfloat16
+
+
+class Action(Enum):
+    COPY = "copy"
+    QUANTIZE = "quantize"
+    DEQUANTIZE = "dequantize"
+
+
+@dataclass(frozen=True)
+class TensorJob:
+    source: TensorInfo
+    action: Action
+    outputs: tuple[TensorInfo, ...]
+    scale_inv: str | None = None
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    shard: str
+    sha256: str
+    file_bytes: int
+    tensor_bytes: int
+    tensors: tuple[str, ...]
+
+
+def plan_shard(source: SourceCheckpoint, shard: str, reader: ShardReader, recipe: Recipe) -> list[TensorJob]:
+    _check_index(source, shard, reader)
+    fp8_scales = {name for name in reader.tensors if source.fp8_block and _is_fp8_scale(source, name)}
+    return [
+        _plan_tensor(source, shard, reader.tensors[name], recipe)
+        for name in sorted(reader.tensors)
+        if name not in fp8_scales
+    ]
+
+
+def _check_index(source: SourceCheckpoint, shard: str, reader: ShardReader) -> None:
+    indexed = {name for name, file in source.weight_map.items() if file == shard}
+    if missing := sorted(indexed - set(reader.tensors)):
+        raise ConvertError(
+            f"{reader.path}: tensor {missing[0]!r} is listed in the index but not in this shard"
+        )
+    if unlisted := sorted(set(reader.tensors) - indexed):
+        raise ConvertError(
+            f"{reader.path}: tensor {unlisted[0]!r} is in this shard but missing from the index"
+        )
+
+
+def _is_fp8_scale(source: SourceCheckpoint, name: str) -> bool:
+    return name.endswith(FP8_SCALE_SUFFIX) and name.removesuffix(FP8_SCALE_SUFFIX) in source.weight_map
+
+
+def _plan_tensor(source: SourceCheckpoint, shard: str, info: TensorInfo, recipe: Recipe) -> TensorJob:
+    where = f"{source.shard_path(shard)}: tensor {info.name!r}"
+    is_fp8 = info.dtype.startswith("F8_")
+    if is_fp8 and not source.fp8_block:
+        raise ConvertError(
+            f"{where} is {info.dtype} but config.json declares no FP8-block quantization_config; "
+            f"unsupported dtype (supported: {', '.join(DENSE_DTYPES)}, or FP8-block sources)"
+        )
+    scale_inv = info.name + FP8_SCALE_SUFFIX if is_fp8 else None
+    if scale_inv is not None and scale_inv not in source.weight_map:
+        raise ConvertError(f"{where} is FP8 but the index has no {scale_inv!r} for it")
+    if should_quantize(info.name, info.shape, recipe):
+        if not is_fp8 and info.dtype not in DENSE_DTYPES:
+            raise ConvertError(
+                f"{where} has unsupported dtype {info.dtype}; supported: {', '.join(DENSE_DTYPES)}"
+            )
+        try:
+            check_groupable(info.shape, recipe.group_size)
+        except ValueError as err:
+            raise ConvertError(f"{where}: {err}") from err
+        return TensorJob(info, Action.QUANTIZE, _int4_outputs(info, recipe.group_size, is_fp8), scale_inv)
+    if is_fp8:
+        return TensorJob(
+            info, Action.DEQUANTIZE, (planned(info.name, FP8_UNQUANTIZED_DTYPE, info.shape),), scale_inv
+        )
+    return TensorJob(info, Action.COPY, (info,))
+
+
+def _int4_outputs(info: TensorInfo, group_size: int, is_fp8: bool) -> tuple[TensorInfo, ...]:
+    module = module_of(info.name)
+    rows, cols = info.shape
+    scale_dtype = FP8_UNQUANTIZED_DTYPE if is_fp8 else DTYPES[info.dtype]
+    return (
+        planned(f"{module}.weight_packed", torch.int32, (rows, cols // 8)),
+        planned(f"{module}.weight_scale", scale_dtype, (rows, cols // group_size)),
+        planned(f"{module}.weight_shape", torch.int64, (2,)),
+    )
+
+
+def unquantized_linear_modules(jobs: list[TensorJob]) -> list[str]:
+    """Modules a loader would treat as Linear but that stay unquantized: the config's `ignore` list."""
+    return [
+        module_of(job.source.name)
+        for job in jobs
+        if job.action is not Action.QUANTIZE and is_linear_weight(job.source.name, job.source.shape)
+    ]
+
+
+class _Readers:
+    """One open reader per source shard, shared by the pool (FP8 scales may live in another shard)."""
+
+    def __init__(self, source: SourceCheckpoint) -> None:
+        self._source = source
+        self._open: dict[str, ShardReader] = {}
+        self._lock = threading.Lock()
+
+    def for_tensor(self, name: str) -> ShardReader:
+        return self.for_shard(self._source.weight_map[name])
+
+    def for_shard(self, shard: str) -> ShardReader:
+        with self._lock:
+            if shard not in self._open:
+                self._open[shard] = ShardReader(self._source.shard_path(shard))
+            return self._open[shard]
+
+    def close(self) -> None:
+        for reader in self._open.values():
+            reader.close()
+
+
+def _run_job(
+    job: TensorJob, readers: _Readers, group_size: int
+) -> list[tuple[str, torch.Tensor | bytearray]]:
+    reader = readers.for_tensor(job.source.name)
+    if job.action is Action.COPY:
+        return [(job.source.name, reader.read_bytes(job.source.name))]
+    weight = reader.read(job.source.name)
+    try:
+        if job.scale_inv is not None:
+            scale_inv = readers.for_tensor(job.scale_inv).read(job.scale_inv)
+            weight = dequantize_fp8_block(weight, scale_inv)
+        if job.action is Action.DEQUANTIZE:
+            return [(job.source.name, weight.to(FP8_UNQUANTIZED_DTYPE))]
+        scale_dtype = DTYPES[job.outputs[1].dtype]
+        packed = compress_int4(weight, group_size, scale_dtype)
+    except ValueError as err:
+        raise ConvertError(f"{reader.path}: tensor {job.source.name!r}: {err}") from err
+    return [
+        (job.outputs[0].name, packed.weight_packed),
+        (job.outputs[1].name, packed.weight_scale),
+        (job.outputs[2].name, packed.weight_shape),
+    ]
+
+
+def convert_shard(
+    *,
+    source: SourceCheckpoint,
+    shard: str,
+    recipe: Recipe,
+    destination: Path,
+    threads: int,
+    on_bytes: Callable[[int], None],
+) -> ShardResult:
+    """Writes the converted shard to `destination` (a temporary name the caller renames when done)."""
+    readers = _Readers(source)
+    try:
+        jobs = plan_shard(source, shard, readers.for_shard(shard), recipe)
+        outputs = [info for job in jobs for info in job.outputs]
+        writer = ShardWriter(destination, outputs)
+        try:
+            for job, results in _ordered(
+                jobs, lambda job: _run_job(job, readers, recipe.group_size), threads
+            ):
+                for name, data in results:
+                    if isinstance(data, bytearray):
+                        writer.write_raw(name, data)
+                    else:
+                        writer.write(name, data)
+                on_bytes(job.source.nbytes)
+            writer.close()
+        except BaseException:
+            writer.abort()
+            destination.unlink(missing_ok=True)
+            raise
+    finally:
+        readers.close()
+    return ShardResult(
+        shard=shard,
+        sha256=writer.sha256.hexdigest(),
+        file_bytes=writer.bytes_written,
+        tensor_bytes=sum(info.nbytes for info in outputs),
+        tensors=tuple(info.name for info in outputs),
+    )
+
+
+def _ordered(
+    jobs: list[TensorJob],
+    work: Callable[[TensorJob], list[tuple[str, torch.Tensor | bytearray]]],
+    threads: int,
+) -> Iterator[tuple[TensorJob, list[tuple[str, torch.Tensor | bytearray]]]]:
+    """Runs `work` on a pool and yields results in job order, with at most 2 x threads in flight."""
+    window: deque[tuple[TensorJob, Future[list[tuple[str, torch.Tensor | bytearray]]]]] = deque()
+    pending = iter(jobs)
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kvant-convert") as pool:
+        try:
+            for job in pending:
+                window.append((job, pool.submit(work, job)))
+                if len(window) >= 2 * threads:
+                    done_job, future = window.popleft()
+                    yield done_job, future.result()
+            while window:
+                done_job, future = window.popleft()
+                yield done_job, future.result()
+        finally:
+            for _, future in window:
+                future.cancel()

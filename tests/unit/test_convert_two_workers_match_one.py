@@ -1,0 +1,32 @@
+"""Two workers plus --finalize publish the same artifact (same digest) as one worker."""
+
+import pytest
+
+from kvant_runtime.convert.errors import ConvertError
+from kvant_runtime.convert.staging import MANIFEST_FILE
+from tests.tiny_checkpoints import tiny_checkpoint
+from tests.unit.convert_harness import convert, kvant
+
+
+def test_two_workers_and_finalize_equal_one_worker(tmp_path):
+    source = tiny_checkpoint("deepseek_v3", "fp8-block", shards=3)
+    single = convert(source, tmp_path / "one", targets="experts")
+
+    shared = tmp_path / "shared"
+    assert convert(source, shared, targets="experts", worker_index=1, workers=2) is None
+    assert not (shared / MANIFEST_FILE).exists()
+    with pytest.raises(ConvertError, match=r"2 of 3 shards are not converted yet \(model-00001-of-00003"):
+        convert(source, shared, targets="experts", finalize=True)
+    assert convert(source, shared, targets="experts", worker_index=0, workers=2) is None
+
+    finalized = kvant("convert", source, shared, "--targets", "experts", "--finalize")
+    assert finalized.returncode == 0, finalized.stderr
+    assert convert(source, shared, targets="experts")["digest"] == single["digest"]
+    assert sorted(p.name for p in shared.iterdir()) == sorted(p.name for p in (tmp_path / "one").iterdir())
+
+
+def test_finalize_with_other_flags_than_the_workers_is_refused(tmp_path):
+    source = tiny_checkpoint("llama")
+    convert(source, tmp_path / "out", worker_index=0, workers=2)
+    with pytest.raises(ConvertError, match="partial conversion made with"):
+        convert(source, tmp_path / "out", group_size=64, finalize=True)
