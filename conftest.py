@@ -1,4 +1,4 @@
-"""Shared fixtures: one real local cluster per test session, started only as far as tests need.
+"""Shared fixtures for tests/ and e2e/: one real local cluster per test session, started as far as needed.
 
 `apiserver` starts etcd + kube-apiserver; `cluster` adds the controller-manager, the scheduler and
 the node agent to the same cluster; `prometheus_factory` runs real Prometheus servers on demand.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -75,9 +75,11 @@ def prometheus_factory(tmp_path: Path, toolchain: Toolchain) -> Iterator[Callabl
         server.stop()
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    outcome = yield
-    report = outcome.get_result()
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report: pytest.TestReport = yield
     if report.failed and _session_cluster is not None and "apiserver" in getattr(item, "fixturenames", ()):
         report.sections.append(("local cluster logs (tail)", _session_cluster.diagnostics()))
+    return report

@@ -160,6 +160,12 @@ class ControlPlane:
             f"--tls-cert-file={certs.apiserver.cert}",
             f"--tls-private-key-file={certs.apiserver.key}",
             f"--client-ca-file={certs.ca.cert}",
+            # Controllers look this bundle up at start; without it they log an error every few seconds.
+            f"--requestheader-client-ca-file={certs.ca.cert}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--service-account-key-file={certs.service_account_pub}",
             f"--service-account-signing-key-file={certs.service_account_key}",
             "--service-account-issuer=https://kubernetes.default.svc",

@@ -44,7 +44,8 @@ def sglang_default_mem_fraction_static(gpu_memory_gib: float, tp: int) -> float:
     reserve = 512 + max(chunked_prefill, 2048) * 1.5 + graph_batch * 2 + tp / 8 * 1024
     if gpu_mib > 60 * 1024:
         reserve = max(reserve, 10 * 1024)
-    return round((gpu_mib - reserve) / gpu_mib, 3)
+    # A GPU smaller than SGLang's reserve gets 0: nothing fits, and the plan's warnings say so.
+    return max(0.0, round((gpu_mib - reserve) / gpu_mib, 3))
 
 
 def _sglang_batch_defaults(gpu_mib: float, tp: int) -> tuple[int, int]:

@@ -61,8 +61,16 @@ def run(job: Job, progress: Progress) -> dict[str, Any] | None:
             progress.done(f"worker {job.worker_index}/{job.workers} finished its shards in {staging.dir}")
             return None
     manifest = finalize(job, source, staging)
-    progress.done(f"published {job.output_dir} ({manifest['bytes'] / 1e9:.2f} GB, {manifest['digest']})")
+    progress.done(
+        f"published {job.output_dir} ({manifest['bytes'] / 1e9:.2f} GB, {manifest['digest']})",
+        **_result(manifest),
+    )
     return manifest
+
+
+def _result(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The artifact facts the operator reads from the final progress line."""
+    return {"digest": manifest["digest"], "bytes": manifest["bytes"], "sourceBytes": manifest["sourceBytes"]}
 
 
 def _identity(job: Job) -> dict[str, Any]:
@@ -78,7 +86,9 @@ def _already_published(
             f"{job.output_dir} already holds a published artifact made with recipe {published['recipe']} "
             f"from revision {published['source']['revision']!r}; choose another output directory"
         )
-    progress.done(f"{job.output_dir} is already published ({published['digest']}); nothing to do")
+    progress.done(
+        f"{job.output_dir} is already published ({published['digest']}); nothing to do", **_result(published)
+    )
     return published
 
 

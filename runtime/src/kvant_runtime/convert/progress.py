@@ -68,9 +68,9 @@ class Progress:
     def note(self, message: str) -> None:
         self._say(message)
 
-    def done(self, message: str) -> None:
+    def done(self, message: str, **result: Any) -> None:
         self._say(message)
-        self._emit("done", message=message)
+        self._emit("done", message=message, **result)
 
     def error(self, message: str) -> None:
         self._emit("error", message=message)

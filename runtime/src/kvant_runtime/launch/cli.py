@@ -26,7 +26,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="validate and exec SGLang from a launch spec",
         description="Build, validate (with SGLang's parser) and exec the SGLang command line.",
     )
-    parser.add_argument("--spec", type=Path, required=True, help="launch spec, JSON or YAML")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--spec", type=Path, help="launch spec file, JSON or YAML")
+    source.add_argument(
+        "--spec-json",
+        metavar="JSON",
+        help="the launch spec inline (the operator puts it in the pod template, so a change rolls the pods)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="validate and print the command; do not start")
     parser.add_argument(
         "--verify-content", action="store_true", help="re-hash every artifact file (reads all weights)"
@@ -36,13 +42,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     from kvant_runtime.launch.argv import checkpoint_quant_method, kvant_argv  # noqa: PLC0415
-    from kvant_runtime.launch.spec import SpecError, load_spec  # noqa: PLC0415
+    from kvant_runtime.launch.spec import SpecError, load_spec, parse_spec_json  # noqa: PLC0415
     from kvant_runtime.launch.validate import SGLangRejected, validate_argv  # noqa: PLC0415
     from kvant_runtime.manifest import ManifestError  # noqa: PLC0415
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        spec = load_spec(args.spec)
+        spec = load_spec(args.spec) if args.spec else parse_spec_json(args.spec_json)
         check_artifact(Path(spec.modelPath), spec.artifactDigest, args.verify_content)
         argv = kvant_argv(spec, checkpoint_quant_method(Path(spec.modelPath))) + list(spec.engineArgs)
         validate_argv(argv, list(spec.engineArgs))

@@ -87,6 +87,16 @@ def load_spec(path: Path) -> LaunchSpec:
     return spec_from_dict(raw, source=str(path))
 
 
+def parse_spec_json(text: str) -> LaunchSpec:
+    try:
+        raw = json.loads(text)
+    except ValueError as error:
+        raise SpecError(f"--spec-json is not valid JSON: {error}") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"--spec-json: a launch spec is a mapping of fields, got {type(raw).__name__}")
+    return spec_from_dict(raw, source="--spec-json")
+
+
 def spec_from_dict(raw: dict[str, Any], source: str = "launch spec") -> LaunchSpec:
     known = {f.name for f in fields(LaunchSpec)}
     unknown = sorted(set(raw) - known)

@@ -1,0 +1,169 @@
+"""E2E fixtures: the CRDs, the operator as a local process, a tiny generated checkpoint, a namespace
+with an artifact volume. Everything runs for real on the session's local cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kvant_dev.cluster import LocalCluster
+from kvant_dev.netutil import free_port, http_ok, wait_until
+from kvant_dev.process import ManagedProcess
+
+REPO = Path(__file__).resolve().parent.parent
+Obj = dict[str, Any]
+
+
+@pytest.fixture(scope="session")
+def kvant_crds(cluster: LocalCluster) -> LocalCluster:
+    for crd in sorted((REPO / "crds").glob("*.yaml")):
+        cluster.kubectl("apply", "--server-side", "-f", str(crd))
+    cluster.kubectl("wait", "--for=condition=Established", "crd/quantizedmodels.kvant.dev", "--timeout=60s")
+    return cluster
+
+
+class OperatorProcess:
+    """`kvant run` as a local process against the session cluster; can be killed and restarted."""
+
+    def __init__(self, cluster: LocalCluster, workdir: Path) -> None:
+        self.cluster, self.workdir = cluster, workdir
+        self.process: ManagedProcess | None = None
+        self.metrics_port = 0
+        self.starts = 0
+
+    def start(self) -> None:
+        self.metrics_port, health_port = free_port(), free_port()
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.cluster.kubeconfig),
+            "KVANT_BUSY_INTERVAL": "1",
+            "KVANT_IDLE_INTERVAL": "10",
+        }
+        argv = [
+            sys.executable,
+            "-m",
+            "kvant_cli.main",
+            "run",
+            "--liveness",
+            f"http://127.0.0.1:{health_port}/healthz",
+            "--metrics-host",
+            "127.0.0.1",
+            "--metrics-port",
+            str(self.metrics_port),
+        ]
+        self.starts += 1
+        self.process = ManagedProcess("operator", argv, self.workdir / f"operator.{self.starts}.log", env=env)
+        wait_until(
+            lambda: http_ok(f"http://127.0.0.1:{health_port}/healthz"),
+            60,
+            "operator liveness",
+            lambda: self.process.log_tail() if self.process else "",
+        )
+
+    def kill(self) -> None:
+        """SIGKILL, as a crashed node or an OOM kill would."""
+        if self.process is not None:
+            self.process.popen.kill()
+            self.process.popen.wait()
+            self.process = None
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop(grace_seconds=10)
+            self.process = None
+
+    def log_tail(self, lines: int = 60) -> str:
+        return self.process.log_tail(lines) if self.process else "(operator not running)"
+
+
+@pytest.fixture(scope="session")
+def operator(kvant_crds: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    proc = OperatorProcess(kvant_crds, tmp_path_factory.mktemp("operator"))
+    started = time.monotonic()
+    proc.start()
+    sys.stderr.write(f"\n[fixture] operator started in {time.monotonic() - started:.1f}s\n")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("models") / "tiny-llama"
+    subprocess.run(
+        [sys.executable, "-m", "kvant_cli.main", "tiny-model", str(path), "--arch", "llama"],
+        check=True,
+        capture_output=True,
+    )
+    return path
+
+
+@pytest.fixture
+def namespace(kvant_crds: LocalCluster, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace with a `kvant-artifacts` claim bound to a hostPath folder of this test."""
+    name = "e2e-" + request.node.name.removeprefix("test_").replace("_", "-")[:40].rstrip("-")
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    for obj in _namespace_objects(name, artifacts):
+        kvant_crds.kubectl("apply", "-f", "-", input=json.dumps(obj))
+    yield name
+    kvant_crds.kubectl("delete", "namespace", name, "--wait=false")
+    kvant_crds.kubectl("delete", "pv", f"{name}-artifacts", "--wait=false")
+
+
+def _namespace_objects(name: str, artifacts: Path) -> list[Obj]:
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": f"{name}-artifacts"},
+            "spec": {
+                "capacity": {"storage": "10Gi"},
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "kvant-local",
+                "hostPath": {"path": str(artifacts)},
+                "claimRef": {"namespace": name, "name": "kvant-artifacts"},
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "kvant-artifacts", "namespace": name},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "kvant-local",
+                "resources": {"requests": {"storage": "10Gi"}},
+            },
+        },
+    ]
+
+
+@pytest.fixture
+def tiny_model(tiny_checkpoint: Path) -> Callable[..., Obj]:
+    """The tiny example, pointed at this session's checkpoint, with overrides merged into spec."""
+
+    def make(name: str = "tiny", **overrides: Any) -> Obj:
+        manifest: Obj = yaml.safe_load((REPO / "examples" / "tiny.yaml").read_text())
+        manifest["metadata"] = {"name": name}
+        manifest["spec"]["source"]["uri"] = f"file://{tiny_checkpoint}"
+        _merge(manifest["spec"], overrides)
+        return manifest
+
+    return make
+
+
+def _merge(base: Obj, overrides: Obj) -> None:
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value

@@ -1,0 +1,129 @@
+"""kopf wiring: one long-lived daemon per QuantizedModel that reconciles when woken or on a timer.
+
+A watch event only wakes the model's daemon, so reconciles of one model never overlap, and nothing is
+written when nothing changed. kopf keeps no progress annotations here (daemons need none).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import kopf
+from kubernetes import config as kube_config
+from kubernetes.client.exceptions import ApiException
+
+from kvant_operator import metrics
+from kvant_operator.api.resource import GROUP, PLURAL, VERSION
+from kvant_operator.kube import Kube
+from kvant_operator.reconcile import Outcome, Reconciler
+from kvant_operator.settings import OperatorSettings
+
+log = logging.getLogger("kvant.operator")
+_phases: dict[tuple[str, str], str] = {}
+
+
+def _api_client() -> Any:
+    try:
+        kube_config.load_incluster_config()
+        from kubernetes import client  # noqa: PLC0415 - the in-cluster config lands in the default client
+
+        return client.ApiClient()
+    except kube_config.ConfigException:
+        return kube_config.new_client_from_config()
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    settings.posting.level = logging.WARNING  # our own Events say what happened; kopf's would repeat it
+    settings.watching.server_timeout = 300
+    memo["reconciler"] = Reconciler(Kube(_api_client()), OperatorSettings.from_env())
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def wake(memo: kopf.Memo, **_: Any) -> None:
+    wakeup = memo.get("wakeup")
+    if isinstance(wakeup, asyncio.Event) and not wakeup.is_set():
+        wakeup.set()
+        metrics.PENDING.inc()
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)
+async def model_daemon(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any) -> None:
+    wakeup = asyncio.Event()
+    memo["wakeup"] = wakeup
+    reconciler: Reconciler = memo["reconciler"]
+    settings = reconciler.settings
+    failures = 0
+    while not stopped:
+        interval = settings.idle_interval
+        try:
+            outcome = await asyncio.to_thread(_reconcile_once, reconciler, _plain(body))
+            interval = settings.busy_interval if outcome.busy else settings.idle_interval
+            failures = 0
+        except Exception as err:  # API trouble or a bug: back off, keep serving the other models
+            failures += 1
+            interval = min(60.0, settings.busy_interval * 2**failures)
+            metrics.RECONCILES.labels("error").inc()
+            transient = isinstance(err, (ApiException, OSError))
+            log.log(
+                logging.WARNING if transient else logging.ERROR,
+                "reconcile of %s failed (%s); retrying in %.0fs",
+                _name(body),
+                err,
+                interval,
+                exc_info=not transient,
+            )
+        try:
+            await asyncio.wait_for(wakeup.wait(), timeout=interval)
+            metrics.PENDING.dec()
+        except TimeoutError:
+            pass
+        wakeup.clear()
+    _phases.pop((body["metadata"]["namespace"], body["metadata"]["name"]), None)
+    _publish_phase_counts()
+
+
+def _reconcile_once(reconciler: Reconciler, body: dict[str, Any]) -> Outcome:
+    started = time.monotonic()
+    outcome = reconciler.reconcile(body)
+    meta = body["metadata"]
+    if _changed(body.get("status") or {}, outcome.status):
+        reconciler.kube.patch_status(meta["namespace"], meta["name"], outcome.status)
+    for kind, reason, message in outcome.events:
+        reconciler.kube.event(body, kind, reason, message)
+    metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+    metrics.RECONCILES.labels("busy" if outcome.busy else "settled").inc()
+    _phases[(meta["namespace"], meta["name"])] = outcome.status["phase"]
+    _publish_phase_counts()
+    return outcome
+
+
+def _changed(live: dict[str, Any], desired: dict[str, Any]) -> bool:
+    return any(live.get(key) != value for key, value in desired.items())
+
+
+def _plain(body: kopf.Body) -> dict[str, Any]:
+    """A detached copy of the live body, so a reconcile in a thread sees one consistent object."""
+    return {
+        "apiVersion": body["apiVersion"],
+        "kind": body["kind"],
+        "metadata": dict(body["metadata"]),
+        "spec": dict(body["spec"]),
+        "status": dict(body.get("status") or {}),
+    }
+
+
+def _name(body: kopf.Body) -> str:
+    return f"{body['metadata']['namespace']}/{body['metadata']['name']}"
+
+
+def _publish_phase_counts() -> None:
+    counts: dict[str, int] = {}
+    for phase in _phases.values():
+        counts[phase] = counts.get(phase, 0) + 1
+    metrics.MODELS.clear()
+    for phase, count in counts.items():
+        metrics.MODELS.labels(phase).set(count)

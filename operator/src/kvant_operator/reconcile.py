@@ -1,0 +1,469 @@
+"""One reconcile of one QuantizedModel: plan → artifact → serving, then the status that says so.
+
+The steps are idempotent and keep their state in the cluster (Jobs with deterministic names, the
+artifact records, status.plan), so an operator restart resumes exactly where the last one stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import ValidationError
+
+from kvant_operator.api.lifecycle import ConditionType, set_condition
+from kvant_operator.api.resource import QuantizedModel
+from kvant_operator.api.spec import QuantizedModelSpec
+from kvant_operator.api.status import ArtifactStatus, Condition, ConditionStatus, Phase, PlanStatus
+from kvant_operator.artifact import (
+    UnsupportedSourceError,
+    artifact_key,
+    artifact_location,
+    artifact_uri,
+    digest,
+    needs_artifact,
+    needs_calibration,
+    needs_conversion,
+    source_location,
+)
+from kvant_operator.jobstate import JobPhase, failure_detail, job_pods, job_state, last_json_line
+from kvant_operator.kube import Kube
+from kvant_operator.planner.plan import CapacityPlan
+from kvant_operator.render import jobs
+from kvant_operator.render.limits import limits_configmap
+from kvant_operator.render.meta import model_labels, owner_reference, with_applied_hash
+from kvant_operator.render.serving import (
+    ServingInputs,
+    deployment,
+    disruption_budget,
+    roles,
+    service,
+    workload_name,
+)
+from kvant_operator.settings import OperatorSettings
+
+Obj = dict[str, Any]
+T, F = ConditionStatus.TRUE, ConditionStatus.FALSE
+RECORD_PREFIX = "kvant-artifact-"
+log = logging.getLogger("kvant.operator.reconcile")
+
+
+class Blocked(Exception):
+    """A step cannot finish yet; carries the conditions and phase that say why."""
+
+    def __init__(self, phase: Phase, busy: bool = True) -> None:
+        super().__init__(phase.value)
+        self.phase, self.busy = phase, busy
+
+
+@dataclass
+class Outcome:
+    status: Obj
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+    busy: bool = False
+
+
+@dataclass
+class ConditionLog:
+    """The conditions as one pass rewrites them, remembering which summary conditions it set."""
+
+    conditions: list[Condition]
+    generation: int
+    now: datetime
+    written: set[ConditionType] = field(default_factory=set)
+
+    def set(self, kind: ConditionType, ok: bool, reason: str, message: str) -> None:
+        self.conditions = set_condition(
+            self.conditions,
+            kind,
+            T if ok else F,
+            reason=reason,
+            message=message,
+            generation=self.generation,
+            now=self.now,
+        )
+        self.written.add(kind)
+
+
+@dataclass
+class Pass:
+    """The state of one reconcile pass as it builds the new status."""
+
+    body: Obj
+    spec: QuantizedModelSpec
+    log: ConditionLog
+    plan: PlanStatus | None = None
+    artifact: ArtifactStatus | None = None
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+
+    @property
+    def now(self) -> datetime:
+        return self.log.now
+
+    def condition(self, kind: ConditionType, ok: bool, reason: str, message: str) -> None:
+        self.log.set(kind, ok, reason, message)
+
+
+class Reconciler:
+    def __init__(self, kube: Kube, settings: OperatorSettings) -> None:
+        self.kube, self.settings = kube, settings
+
+    def reconcile(self, body: Obj) -> Outcome:
+        status = body.get("status") or {}
+        generation = int(body["metadata"].get("generation", 0))
+        previous = [Condition.model_validate(c) for c in status.get("conditions") or []]
+        now = datetime.now(UTC).replace(microsecond=0)
+        try:
+            spec = QuantizedModel.model_validate(body).spec
+        except ValidationError as err:
+            return self._invalid(body, ConditionLog(previous, generation, now), _validation_message(err))
+        p = Pass(
+            body,
+            spec,
+            ConditionLog(previous, generation, now),
+            plan=PlanStatus.model_validate(status["plan"]) if status.get("plan") else None,
+            artifact=ArtifactStatus.model_validate(status["artifact"]) if status.get("artifact") else None,
+        )
+        try:
+            self._plan(p)
+            self._artifact(p)
+            phase, busy = self._serve(p)
+        except Blocked as blocked:
+            phase, busy = blocked.phase, blocked.busy
+        except UnsupportedSourceError as err:
+            p.condition(ConditionType.DEGRADED, True, "SourceUnsupported", str(err))
+            phase, busy = Phase.FAILED, False
+        if ConditionType.READY not in p.log.written:
+            self._ready_while_blocked(p, phase)
+        return self._outcome(body, p.log, phase, busy, p)
+
+    # -- plan ---------------------------------------------------------------------------------------------
+
+    def _plan(self, p: Pass) -> None:
+        inputs = digest(jobs.plan_inputs(p.spec))
+        if p.plan is not None and p.plan.inputs == inputs:
+            return
+        job = self._ensure_job(jobs.plan_job(p.body, p.spec, self.settings))
+        state = job_state(job)
+        if state.phase is JobPhase.RUNNING:
+            p.condition(
+                ConditionType.PROGRESSING,
+                True,
+                "Planning",
+                "reading the checkpoint's config and tensor inventory to plan KV capacity",
+            )
+            raise Blocked(Phase.PENDING)
+        if state.phase is JobPhase.FAILED:
+            detail = failure_detail(self.kube, job) or state.detail
+            p.condition(ConditionType.DEGRADED, True, "PlanFailed", f"capacity planning failed: {detail}")
+            p.condition(
+                ConditionType.PROGRESSING, False, "PlanFailed", "fix the source or spec; see Degraded"
+            )
+            raise Blocked(Phase.FAILED, busy=False)
+        p.plan = self._read_plan(job, inputs)
+        p.events.append(("Normal", "Planned", _plan_summary(p.plan)))
+
+    def _read_plan(self, job: Obj, inputs: str) -> PlanStatus:
+        pod = job_pods(self.kube, job)[-1]
+        text = self.kube.pod_log(pod["metadata"]["namespace"], pod["metadata"]["name"], "plan")
+        plan = CapacityPlan.model_validate(json.loads(text)).to_status()
+        return plan.model_copy(update={"inputs": inputs})
+
+    # -- artifact -----------------------------------------------------------------------------------------
+
+    def _artifact(self, p: Pass) -> None:
+        if not needs_artifact(p.spec):
+            source_location(p.spec)  # rejects sources pods cannot mount
+            p.artifact = ArtifactStatus(uri=p.spec.source.uri)
+            p.condition(
+                ConditionType.CONVERTED, True, "NotRequired", f"serving the source as {p.spec.weights.format}"
+            )
+            p.condition(ConditionType.CALIBRATED, True, "NotRequired", _no_calibration_reason(p.spec))
+            return
+        key = artifact_key(p.spec, self.settings)
+        if (
+            p.artifact is not None
+            and p.artifact.uri == artifact_uri(p.spec, self.settings, key)
+            and p.artifact.digest
+        ):
+            return
+        record = self.kube.get("v1", "ConfigMap", p.body["metadata"]["namespace"], RECORD_PREFIX + key)
+        if record is None:
+            record = self._run_artifact_job(p, key)
+        p.artifact = ArtifactStatus.model_validate(json.loads(record["data"]["artifact.json"]))
+        p.condition(
+            ConditionType.CONVERTED, True, "ArtifactReady", f"artifact {p.artifact.uri} ({p.artifact.digest})"
+        )
+        if needs_calibration(p.spec):
+            p.condition(
+                ConditionType.CALIBRATED,
+                True,
+                "ScalesCalibrated",
+                "per-layer FP8 KV scales are in the artifact",
+            )
+        else:
+            p.condition(ConditionType.CALIBRATED, True, "NotRequired", _no_calibration_reason(p.spec))
+        p.events.append(
+            ("Normal", "ArtifactReady", f"artifact {p.artifact.uri} is published ({p.artifact.digest})")
+        )
+
+    def _run_artifact_job(self, p: Pass, key: str) -> Obj:
+        namespace = p.body["metadata"]["namespace"]
+        job = self.kube.get("batch/v1", "Job", namespace, jobs.artifact_job_name(key))
+        if job is None or job["metadata"].get("deletionTimestamp"):
+            attempt = _next_attempt(job)
+            if job is None:
+                self.kube.create(jobs.artifact_job([p.body], p.spec, self.settings, key, attempt))
+                p.events.append(
+                    ("Normal", "ArtifactJobCreated", f"job {jobs.artifact_job_name(key)} (attempt {attempt})")
+                )
+            self._artifact_progress(p, "Starting", "the artifact job is starting")
+            raise Blocked(Phase.CONVERTING)
+        self.kube.add_owner("batch/v1", "Job", job, owner_reference(p.body, controller=False))
+        state = job_state(job)
+        if state.phase is JobPhase.RUNNING:
+            self._artifact_running(p, job)
+        if state.phase is JobPhase.FAILED:
+            self._artifact_failed(p, job, state.finished_at)
+        return self._record_artifact(p, job, key)
+
+    def _artifact_running(self, p: Pass, job: Obj) -> None:
+        pods = job_pods(self.kube, job)
+        step, message = "convert", "waiting for the conversion pod"
+        if pods:
+            pod = pods[-1]
+            step = _running_step(pod) or step
+            tail = self.kube.pod_log(pod["metadata"]["namespace"], pod["metadata"]["name"], step, 20)
+            message = _progress_message(step, last_json_line(tail, "event"))
+        if step == "calibrate":
+            p.condition(ConditionType.CONVERTED, True, "Converted", "INT4 conversion finished; calibrating")
+            p.condition(ConditionType.CALIBRATED, False, "Calibrating", message)
+            p.condition(ConditionType.PROGRESSING, True, "Calibrating", message)
+            raise Blocked(Phase.CALIBRATING)
+        self._artifact_progress(p, "Converting", message)
+        raise Blocked(Phase.CONVERTING)
+
+    def _artifact_progress(self, p: Pass, reason: str, message: str) -> None:
+        if needs_conversion(p.spec):
+            p.condition(ConditionType.CONVERTED, False, reason, message)
+        p.condition(ConditionType.CALIBRATED, False, "Waiting", "calibration runs after conversion")
+        p.condition(ConditionType.PROGRESSING, True, reason, message)
+
+    def _artifact_failed(self, p: Pass, job: Obj, finished_at: datetime | None) -> None:
+        attempt = int(job["metadata"].get("annotations", {}).get(jobs.ATTEMPT_ANNOTATION, "1"))
+        retry_in = _backoff(attempt)
+        detail = failure_detail(self.kube, job) or "the job failed"
+        message = f"attempt {attempt} failed: {detail}"
+        p.condition(ConditionType.CONVERTED, False, "ConversionFailed", message)
+        p.condition(
+            ConditionType.DEGRADED, True, "ConversionFailed", f"{message}\nretrying in {retry_in.seconds}s"
+        )
+        if finished_at is None or p.now - finished_at >= retry_in:
+            self.kube.delete("batch/v1", "Job", job["metadata"]["namespace"], job["metadata"]["name"])
+            p.events.append(
+                ("Warning", "ConversionRetry", f"{message[:300]} — retrying (attempt {attempt + 1})")
+            )
+        raise Blocked(Phase.CONVERTING if p.artifact is None else Phase.DEGRADED)
+
+    def _record_artifact(self, p: Pass, job: Obj, key: str) -> Obj:
+        pod = job_pods(self.kube, job)[-1]
+        last = "calibrate" if needs_calibration(p.spec) else "convert"
+        result = (
+            last_json_line(
+                self.kube.pod_log(pod["metadata"]["namespace"], pod["metadata"]["name"], last, 50), "digest"
+            )
+            or {}
+        )
+        artifact = ArtifactStatus(
+            uri=artifact_uri(p.spec, self.settings, key),
+            digest=str(result.get("digest", "")),
+            bytes=int(result.get("bytes", 0)),
+            source_bytes=int(result.get("sourceBytes", 0)),
+        )
+        record = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            # No owner: the record outlives its models, so a re-created model reuses the artifact.
+            "metadata": {
+                "name": RECORD_PREFIX + key,
+                "namespace": p.body["metadata"]["namespace"],
+                "labels": {
+                    **model_labels(p.body["metadata"]["name"], "artifact-record"),
+                    jobs.ARTIFACT_LABEL: key,
+                },
+            },
+            "data": {"artifact.json": artifact.model_dump_json(by_alias=True)},
+        }
+        self.kube.create(record)
+        return record
+
+    # -- serving ------------------------------------------------------------------------------------------
+
+    def _serve(self, p: Pass) -> tuple[Phase, bool]:
+        assert p.plan is not None and p.artifact is not None
+        p.condition(ConditionType.VALIDATED, True, "NotRequested", "no evaluation gate in spec.evaluation")
+        for obj in self._serving_objects(p):
+            self.kube.ensure(with_applied_hash(obj))
+        return self._rollout_status(p)
+
+    def _serving_objects(self, p: Pass) -> list[Obj]:
+        assert p.plan is not None and p.artifact is not None
+        status = p.body.get("status") or {}
+        effective = (status.get("protection") or {}).get("effectiveConcurrency")
+        if needs_artifact(p.spec):
+            location = artifact_location(p.spec, self.settings, artifact_key(p.spec, self.settings))
+        else:
+            location = source_location(p.spec)
+        objects: list[Obj] = [limits_configmap(p.body, p.spec, effective)]
+        for role in roles(p.spec):
+            objects += [
+                deployment(
+                    ServingInputs(p.body, p.spec, p.plan, location, p.artifact.digest, self.settings), role
+                ),
+                service(p.body, role),
+                disruption_budget(p.body, role),
+            ]
+        return objects
+
+    def _rollout_status(self, p: Pass) -> tuple[Phase, bool]:
+        namespace, model = p.body["metadata"]["namespace"], p.body["metadata"]["name"]
+        pending = []
+        for role in roles(p.spec):
+            live = self.kube.get("apps/v1", "Deployment", namespace, workload_name(model, role)) or {}
+            waiting = _rollout_pending(live, role.replicas)
+            if waiting:
+                pending.append(f"{role.name}: {waiting}")
+        if pending:
+            message = "; ".join(pending)
+            p.condition(ConditionType.READY, False, "RollingOut", message)
+            p.condition(ConditionType.PROGRESSING, True, "RollingOut", message)
+            return Phase.DEPLOYING, True
+        p.condition(ConditionType.READY, True, "Serving", "all serving replicas are ready behind the gate")
+        p.condition(ConditionType.PROGRESSING, False, "Settled", "the current generation is fully rolled out")
+        return Phase.READY, False
+
+    # -- status -------------------------------------------------------------------------------------------
+
+    def _ensure_job(self, job: Obj) -> Obj:
+        meta = job["metadata"]
+        live = self.kube.get("batch/v1", "Job", meta["namespace"], meta["name"])
+        if live is None:
+            self.kube.create(job)
+            live = self.kube.get("batch/v1", "Job", meta["namespace"], meta["name"]) or job
+        return live
+
+    def _ready_while_blocked(self, p: Pass, phase: Phase) -> None:
+        """While a new generation converts or plans, the previous Deployment may still serve."""
+        namespace, model = p.body["metadata"]["namespace"], p.body["metadata"]["name"]
+        serving = [
+            self.kube.get("apps/v1", "Deployment", namespace, workload_name(model, r)) for r in roles(p.spec)
+        ]
+        if all(d and not _rollout_pending(d, d["spec"].get("replicas", 0)) for d in serving):
+            p.condition(
+                ConditionType.READY,
+                True,
+                "ServingPreviousGeneration",
+                f"the new generation is {phase.value}; the previous one keeps serving",
+            )
+        else:
+            p.condition(ConditionType.READY, False, phase.value, f"not serving yet: phase {phase.value}")
+
+    def _invalid(self, body: Obj, log_: ConditionLog, message: str) -> Outcome:
+        log_.set(ConditionType.DEGRADED, True, "InvalidSpec", message)
+        log_.set(ConditionType.PROGRESSING, False, "InvalidSpec", "fix the spec; see Degraded")
+        log_.set(ConditionType.READY, False, "InvalidSpec", "the spec is invalid")
+        return self._outcome(body, log_, Phase.FAILED, False, None)
+
+    def _outcome(self, body: Obj, log_: ConditionLog, phase: Phase, busy: bool, p: Pass | None) -> Outcome:
+        if ConditionType.DEGRADED not in log_.written:
+            log_.set(ConditionType.DEGRADED, False, "AsExpected", "no failures")
+        status: Obj = {
+            "observedGeneration": log_.generation,
+            "phase": phase.value,
+            "conditions": [c.model_dump(mode="json", by_alias=True) for c in log_.conditions],
+        }
+        events = p.events if p else []
+        if p is not None and p.plan is not None:
+            status["plan"] = p.plan.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if p is not None and p.artifact is not None:
+            status["artifact"] = p.artifact.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if phase.value != (body.get("status") or {}).get("phase"):
+            kind = "Warning" if phase in (Phase.FAILED, Phase.DEGRADED) else "Normal"
+            events.append((kind, f"Phase{phase.value}", _phase_message(log_, phase)))
+        return Outcome(status, events, busy)
+
+
+def _validation_message(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors()[:5]:
+        where = ".".join(str(x) for x in e["loc"])
+        parts.append(f"{where}: {e['msg']}")
+    return "; ".join(parts)
+
+
+def _no_calibration_reason(spec: QuantizedModelSpec) -> str:
+    if not spec.kv_cache.dtype.is_fp8:
+        return f"the KV cache is {spec.kv_cache.dtype}; no FP8 scales are needed"
+    return f"spec.kvCache.scales is {spec.kv_cache.scales}: no calibration run"
+
+
+def _next_attempt(job: Obj | None) -> int:
+    if job is None:
+        return 1
+    return int(job["metadata"].get("annotations", {}).get(jobs.ATTEMPT_ANNOTATION, "1")) + 1
+
+
+def _backoff(attempt: int) -> timedelta:
+    return timedelta(seconds=min(600, 10 * 2 ** (attempt - 1)))
+
+
+def _running_step(pod: Obj) -> str | None:
+    status = pod.get("status") or {}
+    for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        if (container.get("state") or {}).get("running"):
+            return str(container["name"])
+    return None
+
+
+def _progress_message(step: str, record: Obj | None) -> str:
+    if step == "calibrate":
+        return "calibrating FP8 KV scales layer by layer"
+    if not record or not record.get("shardsTotal"):
+        return "converting to INT4"
+    gb = 1e9
+    eta = f", ETA {record['etaSeconds']:.0f}s" if record.get("etaSeconds") is not None else ""
+    return (
+        f"converting to INT4: {record['shardsDone']}/{record['shardsTotal']} shards, "
+        f"{record['bytesDone'] / gb:.2f}/{record['bytesTotal'] / gb:.2f} GB{eta}"
+    )
+
+
+def _rollout_pending(live: Obj, replicas: int) -> str:
+    if not live:
+        return "deployment not created yet"
+    status = live.get("status") or {}
+    if status.get("observedGeneration", 0) < live["metadata"].get("generation", 0):
+        return "deployment controller has not seen the update yet"
+    updated, ready = status.get("updatedReplicas", 0), status.get("readyReplicas", 0)
+    total = status.get("replicas", 0)
+    if updated < replicas or ready < replicas or total > replicas:
+        return f"{ready}/{replicas} ready, {updated} updated, {total} total"
+    return ""
+
+
+def _plan_summary(plan: PlanStatus) -> str:
+    concurrency = ", ".join(f"{k} tokens: {v}" for k, v in plan.max_concurrency.items())
+    return (
+        f"KV {plan.kv_cache_dtype}: {plan.kv_bytes_per_token_per_gpu} B/token/GPU, "
+        f"{plan.kv_tokens_per_replica} tokens per replica; concurrency at {concurrency}"
+    )
+
+
+def _phase_message(log_: ConditionLog, phase: Phase) -> str:
+    for condition in log_.conditions:
+        if condition.status is T and condition.type == ConditionType.DEGRADED:
+            return condition.message[:500]
+    return f"phase is now {phase.value}"

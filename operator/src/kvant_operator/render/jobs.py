@@ -1,0 +1,210 @@
+"""The Jobs the operator runs: the capacity plan, and the artifact (convert, then calibrate).
+
+Each Job's last container prints its result as the last JSON line of its log; the operator reads
+it through the pods/log API, so Job pods need no API access of their own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvant_operator.api.spec import QuantizedModelSpec
+from kvant_operator.artifact import (
+    artifact_location,
+    digest,
+    needs_calibration,
+    needs_conversion,
+    source_location,
+)
+from kvant_operator.planner.plan import DEFAULT_CONTEXTS
+from kvant_operator.render.meta import Obj, object_meta, owner_reference
+from kvant_operator.settings import OperatorSettings
+
+ARTIFACT_LABEL = "kvant.dev/artifact"
+ATTEMPT_ANNOTATION = "kvant.dev/attempt"
+_JOB_NAME_MAX = 63
+
+
+def _short(name: str, suffix: str) -> str:
+    return f"{name[: _JOB_NAME_MAX - len(suffix) - 1]}-{suffix}"
+
+
+def plan_inputs(spec: QuantizedModelSpec) -> Obj:
+    """Everything `kvant plan` reads; a change here means a new plan Job."""
+    serving, weights = spec.serving, spec.weights
+    return {
+        "source": spec.source.model_dump(mode="json"),
+        "tp": serving.tensor_parallel,
+        "gpus": serving.gpu.count,
+        "gpuMemoryGiB": serving.gpu.memory_gib,
+        "kvDtype": spec.kv_cache.dtype.value,
+        "weights": weights.format.value,
+        "groupSize": weights.group_size,
+        "targets": weights.targets.value if weights.targets else None,
+        "ignore": list(weights.ignore),
+        "memFractionStatic": serving.mem_fraction_static,
+        "pageSize": serving.page_size,
+    }
+
+
+def plan_job_name(model: str, spec: QuantizedModelSpec) -> str:
+    return _short(model, f"plan-{digest(plan_inputs(spec), 8)}")
+
+
+def plan_args(spec: QuantizedModelSpec, config_path: str) -> list[str]:
+    inputs = plan_inputs(spec)
+    args = [
+        "plan",
+        "--config",
+        config_path,
+        "--tp",
+        str(inputs["tp"]),
+        "--gpus",
+        str(inputs["gpus"]),
+        "--gpu-memory-gib",
+        str(inputs["gpuMemoryGiB"]),
+        "--kv-dtype",
+        inputs["kvDtype"],
+        "--weights",
+        inputs["weights"],
+        "--page-size",
+        str(inputs["pageSize"]),
+        "--json",
+    ]
+    if inputs["groupSize"]:
+        args += ["--group-size", str(inputs["groupSize"])]
+    if inputs["targets"]:
+        args += ["--targets", inputs["targets"]]
+    if inputs["memFractionStatic"]:
+        args += ["--mem-fraction-static", str(inputs["memFractionStatic"])]
+    for pattern in inputs["ignore"]:
+        args += ["--ignore", pattern]
+    for context in DEFAULT_CONTEXTS:
+        args += ["--context", str(context)]
+    return args
+
+
+def plan_job(body: Obj, spec: QuantizedModelSpec, settings: OperatorSettings) -> Obj:
+    source = source_location(spec)
+    container = {
+        "name": "plan",
+        "image": settings.operator_image,
+        "command": ["kvant"],
+        "args": plan_args(spec, source.path),
+        "volumeMounts": [{"name": "source", "mountPath": source.mount_path, "readOnly": True}],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+    }
+    return _job(
+        object_meta(body, plan_job_name(body["metadata"]["name"], spec), "plan"),
+        [container],
+        [source.volume],
+        backoff_limit=0,
+    )
+
+
+def artifact_job_name(key: str) -> str:
+    return f"kvant-artifact-{key}"
+
+
+def artifact_job(
+    bodies: list[Obj], spec: QuantizedModelSpec, settings: OperatorSettings, key: str, attempt: int
+) -> Obj:
+    """One Job per artifact key, owned by every QuantizedModel that uses it."""
+    source = source_location(spec)
+    output = artifact_location(spec, settings, key)
+    steps = []
+    if needs_conversion(spec):
+        steps.append(_convert_container(spec, settings, source.path, output.path))
+    if needs_calibration(spec):
+        steps.append(_calibrate_container(spec, settings, source.path, output.path))
+    meta = object_meta(bodies[0], artifact_job_name(key), "artifact")
+    meta["labels"][ARTIFACT_LABEL] = key
+    meta["ownerReferences"] = [
+        owner_reference(b, controller=False) for b in bodies if b["metadata"].get("uid")
+    ]
+    meta["annotations"] = {ATTEMPT_ANNOTATION: str(attempt)}
+    mounts = [
+        {"name": "source", "mountPath": source.mount_path, "readOnly": True},
+        {"name": "artifacts", "mountPath": output.mount_path},
+    ]
+    for step in steps:
+        step["volumeMounts"] = mounts
+    # The steps run in order: every step but the last is an init container.
+    return _job(meta, steps[-1:], [source.volume, output.volume], backoff_limit=2, init=steps[:-1])
+
+
+def _convert_container(spec: QuantizedModelSpec, settings: OperatorSettings, source: str, output: str) -> Obj:
+    weights = spec.weights
+    args = [
+        "convert",
+        source,
+        output,
+        "--format",
+        "int4",
+        "--group-size",
+        str(weights.group_size),
+        "--targets",
+        (weights.targets.value if weights.targets else "all-linear"),
+        "--progress-json",
+        "-",
+    ]
+    if spec.source.revision:
+        args += ["--revision", spec.source.revision]
+    for pattern in weights.ignore:
+        args += ["--ignore", pattern]
+    return {
+        "name": "convert",
+        "image": settings.runtime_image,
+        "command": ["kvant"],
+        "args": args,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+    }
+
+
+def _calibrate_container(
+    spec: QuantizedModelSpec, settings: OperatorSettings, source: str, artifact: str
+) -> Obj:
+    calibration = spec.kv_cache.calibration
+    assert calibration is not None  # defaulted whenever scales are calibrated
+    args = [
+        "calibrate",
+        artifact,
+        "--samples",
+        str(calibration.samples),
+        "--sequence-length",
+        str(calibration.sequence_length),
+    ]
+    if calibration.dataset != "builtin":
+        args += ["--data", f"{source}/{calibration.dataset}"]  # a path inside the source
+    return {
+        "name": "calibrate",
+        "image": settings.runtime_image,
+        "command": ["kvant"],
+        "args": args,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+    }
+
+
+def _job(
+    meta: Obj, containers: list[Obj], volumes: list[Obj], *, backoff_limit: int, init: list[Obj] | None = None
+) -> Obj:
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": containers,
+        "volumes": volumes,
+        "automountServiceAccountToken": False,
+    }
+    if init:
+        pod_spec["initContainers"] = init
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "backoffLimit": backoff_limit,
+            "template": {"metadata": {"labels": dict(meta["labels"])}, "spec": pod_spec},
+        },
+    }

@@ -1,0 +1,46 @@
+"""The limits ConfigMap: what the gate enforces, reloaded live (no restart) when it changes.
+
+Field names are the CR's. `concurrency.max` is the ceiling in force: the spec's bound, lowered
+by the operator's protection loop when it decides so (status.protection.effectiveConcurrency).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from kvant_operator.api.spec import QuantizedModelSpec
+from kvant_operator.render.meta import object_meta
+
+Obj = dict[str, Any]
+LIMITS_FILE = "limits.yaml"
+
+
+def limits_name(model: str) -> str:
+    return f"{model}-limits"
+
+
+def limits_document(spec: QuantizedModelSpec, effective_concurrency: int | None) -> Obj:
+    ceiling = spec.protection.concurrency.max or spec.limits.max_concurrency
+    if effective_concurrency is not None:
+        ceiling = max(spec.protection.concurrency.min, min(ceiling, effective_concurrency))
+    return {
+        "mode": spec.protection.mode.value,
+        "maxConcurrency": spec.limits.max_concurrency,
+        "maxQueued": spec.limits.max_queued,
+        "queueTimeoutSeconds": spec.limits.queue_timeout_seconds,
+        "targetTokenUsage": spec.protection.target_token_usage,
+        "maxRetractionsPerMinute": spec.protection.max_retractions_per_minute,
+        "concurrency": {"min": min(spec.protection.concurrency.min, ceiling), "max": ceiling},
+    }
+
+
+def limits_configmap(body: Obj, spec: QuantizedModelSpec, effective_concurrency: int | None) -> Obj:
+    document = limits_document(spec, effective_concurrency)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": object_meta(body, limits_name(body["metadata"]["name"]), "limits"),
+        "data": {LIMITS_FILE: yaml.safe_dump(document, sort_keys=True)},
+    }

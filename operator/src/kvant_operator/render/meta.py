@@ -1,0 +1,55 @@
+"""Names, labels, owner references and the applied-hash annotation every rendered object carries."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from kvant_operator.api.resource import API_VERSION, KIND
+from kvant_operator.artifact import digest
+
+Obj = dict[str, Any]
+MANAGED_BY = "kvant"
+MODEL_LABEL = "kvant.dev/model"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+ROLE_LABEL = "kvant.dev/role"
+APPLIED_HASH = "kvant.dev/applied-hash"
+
+
+def model_labels(model: str, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "kvant",
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        "app.kubernetes.io/instance": model,
+        COMPONENT_LABEL: component,
+        MODEL_LABEL: model,
+    }
+
+
+def owner_reference(body: Obj, controller: bool = True) -> Obj:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": body["metadata"]["name"],
+        "uid": body["metadata"]["uid"],
+        "controller": controller,
+        "blockOwnerDeletion": True,
+    }
+
+
+def object_meta(body: Obj, name: str, component: str, *, controller: bool = True) -> Obj:
+    meta: Obj = {
+        "name": name,
+        "namespace": body["metadata"]["namespace"],
+        "labels": model_labels(body["metadata"]["name"], component),
+    }
+    if body["metadata"].get("uid"):  # absent when `kvant render` works from a file
+        meta["ownerReferences"] = [owner_reference(body, controller)]
+    return meta
+
+
+def with_applied_hash(obj: Obj) -> Obj:
+    """Stamps a hash of the desired object, so the operator can skip applies that change nothing."""
+    stamped = copy.deepcopy(obj)
+    stamped["metadata"].setdefault("annotations", {})[APPLIED_HASH] = digest(obj)
+    return stamped

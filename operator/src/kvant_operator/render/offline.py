@@ -1,0 +1,73 @@
+"""Rendering without a cluster: the same renderers, with the plan computed locally."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from kvant_operator.api.resource import QuantizedModel
+from kvant_operator.api.status import ArtifactStatus
+from kvant_operator.artifact import (
+    UnsupportedSourceError,
+    artifact_key,
+    artifact_location,
+    artifact_uri,
+    digest,
+    needs_artifact,
+    source_location,
+)
+from kvant_operator.planner.architecture import ConfigError
+from kvant_operator.planner.checkpoint import load_checkpoint
+from kvant_operator.planner.inventory import InventoryError
+from kvant_operator.planner.plan import PlanRequest, make_plan
+from kvant_operator.render import jobs
+from kvant_operator.render.limits import limits_configmap
+from kvant_operator.render.serving import ServingInputs, deployment, disruption_budget, roles, service
+from kvant_operator.settings import OperatorSettings
+
+Obj = dict[str, Any]
+
+
+class OfflineRenderError(ValueError):
+    pass
+
+
+def render_offline(manifest: Obj, checkpoint: Path | None, namespace: str) -> list[Obj]:
+    try:
+        model = QuantizedModel.model_validate(manifest)
+    except ValidationError as err:
+        raise OfflineRenderError(f"invalid QuantizedModel: {err}") from None
+    body = model.to_manifest()
+    body["metadata"].setdefault("namespace", namespace)
+    spec, settings = model.spec, OperatorSettings.from_env()
+    try:
+        plan_from = checkpoint or _local_source(spec.source.uri)
+        plan = make_plan(load_checkpoint(plan_from), PlanRequest.from_spec(spec)).to_status()
+        source = source_location(spec)
+    except (ConfigError, InventoryError, UnsupportedSourceError) as err:
+        raise OfflineRenderError(str(err)) from None
+    plan = plan.model_copy(update={"inputs": digest(jobs.plan_inputs(spec))})
+    objects: list[Obj] = [jobs.plan_job(body, spec, settings)]
+    location = source
+    artifact = ArtifactStatus(uri=spec.source.uri)
+    if needs_artifact(spec):
+        key = artifact_key(spec, settings)
+        objects.append(jobs.artifact_job([body], spec, settings, key, attempt=1))
+        location = artifact_location(spec, settings, key)
+        artifact = ArtifactStatus(uri=artifact_uri(spec, settings, key), digest="sha256:<set when published>")
+    objects.append(limits_configmap(body, spec, None))
+    for role in roles(spec):
+        objects += [
+            deployment(ServingInputs(body, spec, plan, location, artifact.digest, settings), role),
+            service(body, role),
+            disruption_budget(body, role),
+        ]
+    return objects
+
+
+def _local_source(uri: str) -> Path:
+    if uri.startswith("file://"):
+        return Path(uri.removeprefix("file://"))
+    raise OfflineRenderError(f"cannot read {uri} without a cluster: pass --checkpoint DIR (or a config.json)")

@@ -1,0 +1,237 @@
+"""The serving workload: per role a Deployment whose pods run the engine with the gate in front.
+
+Engine settings (image, KV dtype, TP, engine args, the plan) live in the pod template, so changing
+them rolls the pods. Limits live in their own ConfigMap, mounted as a file the gate reloads, so
+changing them touches no pod.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from kvant_operator.api.spec import DisaggregationMode, Engine, KvCacheDtype, QuantizedModelSpec, RoleSpec
+from kvant_operator.api.status import PlanStatus
+from kvant_operator.artifact import Location, digest
+from kvant_operator.render.limits import LIMITS_FILE, limits_name
+from kvant_operator.render.meta import ROLE_LABEL, Obj, object_meta
+from kvant_operator.settings import OperatorSettings
+
+ENGINE_PORT, GATE_PORT, GATE_METRICS_PORT = 30000, 8000, 9090
+LIMITS_DIR = "/etc/kvant/limits"
+CONFIG_HASH = "kvant.dev/engine-config-hash"
+# Large models load for many minutes; the startup probe waits up to 60 min before liveness applies.
+_STARTUP_PERIOD_S, _STARTUP_FAILURES = 10, 360
+
+
+def _pod_ip_env() -> Obj:
+    return {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+
+
+@dataclass(frozen=True)
+class Role:
+    """One serving role: `serve` (no disaggregation), or `prefill` / `decode`."""
+
+    name: str
+    replicas: int
+    kv_cache_dtype: KvCacheDtype
+    engine_args: list[str]
+
+
+@dataclass(frozen=True)
+class ServingInputs:
+    """What every serving renderer reads: the model, its plan, and the weights it serves."""
+
+    body: Obj
+    spec: QuantizedModelSpec
+    plan: PlanStatus
+    model_dir: Location
+    digest: str
+    settings: OperatorSettings
+
+    @property
+    def model(self) -> str:
+        return str(self.body["metadata"]["name"])
+
+
+def roles(spec: QuantizedModelSpec) -> list[Role]:
+    serving = spec.serving
+    if serving.disaggregation.mode is DisaggregationMode.NONE:
+        return [Role("serve", serving.replicas, spec.kv_cache.dtype, list(serving.engine_args))]
+    pd = serving.disaggregation
+
+    def role(name: str, r: RoleSpec) -> Role:
+        return Role(
+            name, r.replicas, r.kv_cache_dtype or spec.kv_cache.dtype, [*serving.engine_args, *r.engine_args]
+        )
+
+    return [role("prefill", pd.prefill), role("decode", pd.decode)]
+
+
+def workload_name(model: str, role: Role) -> str:
+    return model if role.name == "serve" else f"{model}-{role.name}"
+
+
+def deployment(inputs: ServingInputs, role: Role) -> Obj:
+    body, model = inputs.body, inputs.model
+    meta = object_meta(body, workload_name(model, role), "serving")
+    meta["labels"][ROLE_LABEL] = role.name
+    selector = {"kvant.dev/model": model, ROLE_LABEL: role.name}
+    engine = _engine_container(inputs, role)
+    pod_spec: Obj = {
+        "containers": [engine, _gate_container(inputs.settings)],
+        "volumes": [
+            {"name": "limits", "configMap": {"name": limits_name(model)}},
+            {**inputs.model_dir.volume, "name": "model"},
+        ],
+        "terminationGracePeriodSeconds": 60,
+    }
+    template_labels = {**meta["labels"]}
+    annotations = {
+        CONFIG_HASH: digest({"engine": engine, "digest": inputs.digest}),
+        "prometheus.io/scrape": "true",
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta,
+        "spec": {
+            "replicas": role.replicas,
+            "selector": {"matchLabels": selector},
+            # Old pods keep serving until new ones are Ready: a model load can take minutes.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "template": {
+                "metadata": {"labels": template_labels, "annotations": annotations},
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def _engine_container(inputs: ServingInputs, role: Role) -> Obj:
+    spec, settings, model_dir = inputs.spec, inputs.settings, inputs.model_dir
+    mount = {"name": "model", "mountPath": model_dir.mount_path, "readOnly": True}
+    container: Obj = {
+        "name": "engine",
+        "image": settings.runtime_image,
+        "command": ["kvant"],
+        "env": [_pod_ip_env()],
+        "ports": [{"name": "engine-metrics", "containerPort": ENGINE_PORT}],
+        "volumeMounts": [mount],
+        "startupProbe": _health_probe(periodSeconds=_STARTUP_PERIOD_S, failureThreshold=_STARTUP_FAILURES),
+        "readinessProbe": _health_probe(periodSeconds=5),
+        "livenessProbe": _health_probe(periodSeconds=15, failureThreshold=4),
+    }
+    if spec.serving.engine is Engine.SIMULATOR:
+        container["args"] = _simulator_args(inputs)
+        return container
+    container["image"] = spec.serving.image or settings.sglang_image
+    container["args"] = [
+        "launch",
+        "--spec-json",
+        json.dumps(_launch_spec(inputs, role)),
+    ]
+    gpus = str(spec.serving.gpu.count)
+    container["resources"] = {
+        "limits": {spec.serving.gpu.resource: gpus},
+        "requests": {spec.serving.gpu.resource: gpus},
+    }
+    return container
+
+
+def _health_probe(**timing: int) -> Obj:
+    return {"httpGet": {"path": "/health", "port": "engine-metrics"}, **timing}
+
+
+def _simulator_args(inputs: ServingInputs) -> list[str]:
+    return [
+        "sim", "--host", "$(POD_IP)", "--port", str(ENGINE_PORT), "--model-name", inputs.model,
+        "--kv-tokens", str(inputs.plan.kv_tokens_per_replica),
+        "--max-running-requests", str(_max_running_requests(inputs.spec)),
+        "--seed", "0",
+    ]  # fmt: skip
+
+
+def _max_running_requests(spec: QuantizedModelSpec) -> int:
+    """The engine's own cap is the outer bound; the gate enforces the live limits below it."""
+    return spec.limits.max_concurrency
+
+
+def _launch_spec(inputs: ServingInputs, role: Role) -> Obj:
+    spec, plan = inputs.spec, inputs.plan
+    return {
+        "modelPath": inputs.model_dir.path,
+        "servedModelName": inputs.model,
+        "weightsFormat": spec.weights.format.value,
+        "kvCacheDtype": role.kv_cache_dtype.value,
+        "tensorParallel": spec.serving.tensor_parallel,
+        "artifactDigest": inputs.digest or None,
+        "memFractionStatic": plan.mem_fraction_static,
+        "maxRunningRequests": _max_running_requests(spec),
+        "maxTotalTokens": plan.kv_tokens_per_replica,
+        "pageSize": spec.serving.page_size,
+        "disaggregationRole": None if role.name == "serve" else role.name,
+        "host": "0.0.0.0",
+        "port": ENGINE_PORT,
+        "engineArgs": role.engine_args,
+    }
+
+
+def _gate_container(settings: OperatorSettings) -> Obj:
+    return {
+        "name": "gate",
+        "image": settings.runtime_image,
+        "command": ["kvant"],
+        "args": [
+            "gate",
+            "--listen",
+            f"$(POD_IP):{GATE_PORT}",
+            "--upstream",
+            f"http://$(POD_IP):{ENGINE_PORT}",
+            "--limits",
+            f"{LIMITS_DIR}/{LIMITS_FILE}",
+            "--metrics-listen",
+            f"$(POD_IP):{GATE_METRICS_PORT}",
+        ],
+        "env": [_pod_ip_env()],
+        "ports": [
+            {"name": "http", "containerPort": GATE_PORT},
+            {"name": "gate-metrics", "containerPort": GATE_METRICS_PORT},
+        ],
+        "volumeMounts": [{"name": "limits", "mountPath": LIMITS_DIR, "readOnly": True}],
+        "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 2},
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+    }
+
+
+def service(body: Obj, role: Role) -> Obj:
+    model = body["metadata"]["name"]
+    meta = object_meta(body, workload_name(model, role), "serving")
+    meta["labels"][ROLE_LABEL] = role.name
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta,
+        "spec": {
+            "selector": {"kvant.dev/model": model, ROLE_LABEL: role.name},
+            "ports": [
+                {"name": "http", "port": 80, "targetPort": "http"},
+                {"name": "gate-metrics", "port": GATE_METRICS_PORT, "targetPort": "gate-metrics"},
+                {"name": "engine-metrics", "port": ENGINE_PORT, "targetPort": "engine-metrics"},
+            ],
+        },
+    }
+
+
+def disruption_budget(body: Obj, role: Role) -> Obj:
+    model = body["metadata"]["name"]
+    meta = object_meta(body, workload_name(model, role), "serving")
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": meta,
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": {"kvant.dev/model": model, ROLE_LABEL: role.name}},
+        },
+    }

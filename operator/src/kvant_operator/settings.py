@@ -1,0 +1,37 @@
+"""The operator's own configuration, from environment variables (the chart sets them)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+# Image names match the node agent's image map and the chart's values.
+DEFAULT_RUNTIME_IMAGE = "ghcr.io/kvant-dev/kvant-runtime:0.1.0"
+DEFAULT_OPERATOR_IMAGE = "ghcr.io/kvant-dev/kvant-operator:0.1.0"
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    runtime_image: str = DEFAULT_RUNTIME_IMAGE  # converter, calibrator, launcher, simulator, gate
+    operator_image: str = DEFAULT_OPERATOR_IMAGE  # also runs `kvant plan` Jobs (no torch needed)
+    sglang_image: str = "lmsysorg/sglang:v0.5.23-cu129"
+    artifact_pvc: str = "kvant-artifacts"  # where artifacts go when spec.weights.output is unset
+    busy_interval: float = 2.0  # seconds between reconciles while work is under way
+    idle_interval: float = 30.0  # seconds between reconciles of a settled model
+
+    @classmethod
+    def from_env(cls) -> OperatorSettings:
+        defaults = cls()
+        return cls(
+            runtime_image=os.environ.get("KVANT_RUNTIME_IMAGE", defaults.runtime_image),
+            operator_image=os.environ.get("KVANT_OPERATOR_IMAGE", defaults.operator_image),
+            sglang_image=os.environ.get("KVANT_SGLANG_IMAGE", defaults.sglang_image),
+            artifact_pvc=os.environ.get("KVANT_ARTIFACT_PVC", defaults.artifact_pvc),
+            busy_interval=float(os.environ.get("KVANT_BUSY_INTERVAL", defaults.busy_interval)),
+            idle_interval=float(os.environ.get("KVANT_IDLE_INTERVAL", defaults.idle_interval)),
+        )
+
+    @property
+    def converter_version(self) -> str:
+        """The converter is whatever the runtime image carries, so its tag versions the artifact."""
+        return self.runtime_image.rsplit(":", 1)[-1] if ":" in self.runtime_image else self.runtime_image
