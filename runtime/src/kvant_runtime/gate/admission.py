@@ -1,0 +1,165 @@
+"""Admission: who may run now, who waits, who is turned away. Pure logic, no HTTP.
+
+A request costs `tokens` = estimated prompt tokens + the new tokens it may generate.
+In `enforce` mode it runs when both hold:
+- in-flight requests < the effective concurrency;
+- in-flight tokens + its tokens ≤ the token budget (targetTokenUsage * the engine's
+  max_total_num_tokens). A request larger than the whole budget runs alone, so it is never
+  starved. While the engine's capacity is unknown the token check is skipped (fail open).
+
+Otherwise it waits in a bounded FIFO queue, at most `queueTimeoutSeconds`. Strict FIFO:
+a large request at the head is not overtaken by smaller ones behind it.
+`observe` admits everything and reports which limit it would have waited for; `off` admits
+everything. In-flight counts are kept in every mode, so switching modes is seamless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from dataclasses import dataclass, field
+
+from kvant_runtime.gate.limits import Limits
+
+
+class Rejected(Exception):
+    """Turned away: `reason` is the metric label, `retry_after` the seconds to tell the client."""
+
+    def __init__(self, reason: str, retry_after: int, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """A granted slot. Hand it back with `Admission.release` exactly once."""
+
+    tokens: int
+    waited_seconds: float
+    over_limits: tuple[str, ...] = ()  # observe mode: the limits enforce would have waited for
+
+
+@dataclass(eq=False)  # identity: two waiters for the same tokens are different requests
+class _Waiter:
+    tokens: int
+    future: asyncio.Future[None]
+    enqueued_at: float = field(default_factory=time.monotonic)
+
+
+class Admission:
+    """The gate's admission state: limits, effective concurrency, token capacity, queue."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.concurrency = limits.concurrency_ceiling
+        self.token_capacity: int | None = None
+        self.in_flight = 0
+        self.in_flight_tokens = 0
+        self._queue: collections.deque[_Waiter] = collections.deque()
+
+    @property
+    def queue_length(self) -> int:
+        return len(self._queue)
+
+    @property
+    def token_budget(self) -> int | None:
+        """The most tokens in flight at once, or None while the engine's capacity is unknown."""
+        if self.token_capacity is None:
+            return None
+        return int(self.limits.targetTokenUsage * self.token_capacity)
+
+    def set_limits(self, limits: Limits) -> None:
+        """New limits; the effective concurrency is the local loop's to set (`set_concurrency`)."""
+        self.limits = limits
+        self._dispatch()
+
+    def set_concurrency(self, concurrency: int) -> None:
+        self.concurrency = concurrency
+        self._dispatch()
+
+    def set_token_capacity(self, capacity: int | None) -> None:
+        self.token_capacity = capacity
+        self._dispatch()
+
+    async def acquire(self, tokens: int) -> Ticket:
+        """Waits for a slot; raises `Rejected` when the queue is full or the wait times out."""
+        if self.limits.mode != "enforce":
+            over = self._over_limits(tokens) if self.limits.mode == "observe" else ()
+            self._take(tokens)
+            return Ticket(tokens, 0.0, over)
+        if not self._queue and not self._over_limits(tokens):
+            self._take(tokens)
+            return Ticket(tokens, 0.0)
+        if len(self._queue) >= self.limits.maxQueued:
+            raise Rejected(
+                "queue_full",
+                self.limits.retryAfterSeconds,
+                f"the gate's queue is full ({len(self._queue)} waiting, maxQueued={self.limits.maxQueued})",
+            )
+        return await self._wait(tokens)
+
+    def release(self, ticket: Ticket) -> None:
+        self.in_flight -= 1
+        self.in_flight_tokens -= ticket.tokens
+        self._dispatch()
+
+    async def _wait(self, tokens: int) -> Ticket:
+        waiter = _Waiter(tokens, asyncio.get_running_loop().create_future())
+        self._queue.append(waiter)
+        timeout = self.limits.queueTimeoutSeconds
+        try:
+            async with asyncio.timeout(timeout):
+                await waiter.future
+        except TimeoutError:
+            if not _granted(waiter):
+                self._forget(waiter)
+                raise Rejected(
+                    "queue_timeout",
+                    self.limits.retryAfterSeconds,
+                    f"no slot within queueTimeoutSeconds={timeout:g} "
+                    f"(in flight: {self.in_flight} requests, {self.in_flight_tokens} tokens)",
+                ) from None
+        except asyncio.CancelledError:
+            # The client went away: give back whatever it held or was about to get.
+            if _granted(waiter):
+                self.release(Ticket(tokens, 0.0))
+            else:
+                self._forget(waiter)
+            raise
+        return Ticket(tokens, time.monotonic() - waiter.enqueued_at)
+
+    def _over_limits(self, tokens: int) -> tuple[str, ...]:
+        over: list[str] = []
+        if self.in_flight >= self.concurrency:
+            over.append("concurrency")
+        budget = self.token_budget
+        if budget is not None and self.in_flight > 0 and self.in_flight_tokens + tokens > budget:
+            over.append("token_budget")
+        return tuple(over)
+
+    def _take(self, tokens: int) -> None:
+        self.in_flight += 1
+        self.in_flight_tokens += tokens
+
+    def _dispatch(self) -> None:
+        """Grants waiting requests from the head of the queue while they fit."""
+        while self._queue:
+            head = self._queue[0]
+            if self.limits.mode == "enforce" and self._over_limits(head.tokens):
+                return
+            self._queue.popleft()
+            if not head.future.done():
+                self._take(head.tokens)
+                head.future.set_result(None)
+
+    def _forget(self, waiter: _Waiter) -> None:
+        if waiter in self._queue:
+            self._queue.remove(waiter)
+        # The head may have been the one blocking the rest.
+        self._dispatch()
+
+
+def _granted(waiter: _Waiter) -> bool:
+    return waiter.future.done() and not waiter.future.cancelled()

@@ -1,0 +1,102 @@
+"""Reads the engine's signals: `/metrics` (Prometheus text) and its server info (JSON).
+
+Across series (tp_rank, dp_rank, …) the gate takes the conservative view: the highest
+token_usage, the smallest max_total_num_tokens, and the sum of retractions (any rank
+retracting raises it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+
+from kvant_runtime.gate.concurrency import EngineSample
+
+TOKEN_USAGE = "sglang:token_usage"
+RETRACTED_TOTAL = "sglang:num_retracted_requests_total"
+MAX_TOTAL_NUM_TOKENS = "sglang:max_total_num_tokens"
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
+_WANTED = (TOKEN_USAGE, RETRACTED_TOTAL, MAX_TOTAL_NUM_TOKENS)
+_PREFIX = "sglang:"
+# `name{labels} value`: the name, then the value after the last `}` (label values may hold spaces).
+_SAMPLE = re.compile(r"(sglang:[A-Za-z0-9_:]+)(?:\{.*\})?\s+(\S+)")
+
+
+class EngineMetricsError(Exception):
+    """The engine's metrics could not be read or lack what the gate needs."""
+
+
+def parse_engine_metrics(text: str) -> EngineSample:
+    """Extracts the gate's signals from a `/metrics` body; token_usage is required.
+
+    A line scan for the three series, not a full exposition parser: an engine's `/metrics`
+    runs to thousands of lines, and parsing them all would stall the proxy's event loop.
+    """
+    values: dict[str, list[float]] = {name: [] for name in _WANTED}
+    for line in text.splitlines():
+        match = _SAMPLE.match(line) if line.startswith(_PREFIX) else None
+        if match is None or match[1] not in values:
+            continue
+        try:
+            values[match[1]].append(float(match[2]))
+        except ValueError as err:
+            raise EngineMetricsError(f"the engine's /metrics has an unreadable value: {line!r}") from err
+    if not values[TOKEN_USAGE]:
+        raise EngineMetricsError(
+            f"the engine's /metrics has no {TOKEN_USAGE}; start SGLang with --enable-metrics"
+        )
+    capacity = values[MAX_TOTAL_NUM_TOKENS]
+    return EngineSample(
+        token_usage=max(values[TOKEN_USAGE]),
+        retracted_total=sum(values[RETRACTED_TOTAL]),
+        max_total_num_tokens=int(min(capacity)) if capacity else None,
+    )
+
+
+def parse_server_info(info: object) -> int | None:
+    """max_total_num_tokens from `/get_server_info`: top level, or the smallest of `internal_states`."""
+    if not isinstance(info, Mapping):
+        return None
+    found = [_positive_int(info.get("max_total_num_tokens"))]
+    states = info.get("internal_states")
+    if isinstance(states, list):
+        found += [_positive_int(s.get("max_total_num_tokens")) for s in states if isinstance(s, Mapping)]
+    known = [n for n in found if n is not None]
+    return min(known) if known else None
+
+
+async def fetch_engine_sample(session: aiohttp.ClientSession, upstream: str, timeout: float) -> EngineSample:
+    """One scrape of `{upstream}/metrics`; raises EngineMetricsError on any failure."""
+    try:
+        async with session.get(f"{upstream}/metrics", timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+            if resp.status != 200:
+                raise EngineMetricsError(f"GET {upstream}/metrics answered HTTP {resp.status}")
+            text = await resp.text()
+    except (aiohttp.ClientError, TimeoutError) as err:
+        raise EngineMetricsError(f"GET {upstream}/metrics failed: {err!r}") from err
+    return parse_engine_metrics(text)
+
+
+async def fetch_token_capacity(session: aiohttp.ClientSession, upstream: str, timeout: float) -> int | None:
+    """max_total_num_tokens from the engine's server info, or None if unavailable.
+
+    `/server_info` is SGLang's current name; `/get_server_info` the older, deprecated one.
+    """
+    for path in SERVER_INFO_PATHS:
+        try:
+            async with session.get(f"{upstream}{path}", timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+                if resp.status == 200:
+                    return parse_server_info(json.loads(await resp.read()))
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+    return None
+
+
+def _positive_int(value: Any) -> int | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return int(value)
+    return None

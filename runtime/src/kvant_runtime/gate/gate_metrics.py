@@ -1,0 +1,118 @@
+"""The gate's own Prometheus metrics, all named `kvant_gate_*`, in a registry per gate.
+
+State gauges (queue, in-flight, limits) are read from the admission state at scrape time,
+so the request path pays only for the counters and the wait histogram.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from kvant_runtime.gate.admission import Admission
+from kvant_runtime.gate.limits import MODES
+
+# Queue waits run from 0 (admitted at once) up to queueTimeoutSeconds (30 s by default).
+WAIT_BUCKETS = (0.0, 0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+CONFIGURED_LIMIT_FIELDS: dict[str, Callable[[Admission], float]] = {
+    "maxConcurrency": lambda a: a.limits.maxConcurrency,
+    "maxQueued": lambda a: a.limits.maxQueued,
+    "queueTimeoutSeconds": lambda a: a.limits.queueTimeoutSeconds,
+    "targetTokenUsage": lambda a: a.limits.targetTokenUsage,
+    "maxRetractionsPerMinute": lambda a: a.limits.maxRetractionsPerMinute,
+    "concurrency.min": lambda a: a.limits.concurrency.min,
+    "concurrency.max": lambda a: a.limits.concurrency.max,
+    "maxRequestBytes": lambda a: a.limits.maxRequestBytes,
+}
+
+
+class GateMetrics:
+    """Counters the gate increments, plus gauges bound to the live admission state."""
+
+    def __init__(self, admission: Admission) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.admitted = Counter("kvant_gate_admitted", "Requests admitted to the engine.", registry=r)
+        self.rejected = Counter(
+            "kvant_gate_rejected", "Requests the gate answered itself, by reason.", ["reason"], registry=r
+        )
+        self.over_limit = Counter(
+            "kvant_gate_observed_over_limit",
+            "observe mode: requests admitted that enforce would have queued, by limit.",
+            ["limit"],
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "kvant_gate_queue_wait_seconds",
+            "Time admitted requests spent in the queue (0 when admitted at once).",
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self.concurrency_changes = Counter(
+            "kvant_gate_concurrency_changes",
+            "Moves of the effective concurrency by the local loop, by direction and signal.",
+            ["direction", "signal"],
+            registry=r,
+        )
+        self.limits_reloads = Counter(
+            "kvant_gate_limits_reloads", "Limits file reloads, by result (ok|error).", ["result"], registry=r
+        )
+        self.limits_valid = Gauge(
+            "kvant_gate_limits_valid",
+            "1 when the current limits file is valid, 0 when the last good limits are in use.",
+            registry=r,
+        )
+        self.limits_valid.set(1)
+        self.engine_metrics_stale = Gauge(
+            "kvant_gate_engine_metrics_stale",
+            "1 when the last scrape of the engine's /metrics failed (counted as saturated).",
+            registry=r,
+        )
+        self.engine_token_usage = Gauge(
+            "kvant_gate_engine_token_usage", "sglang:token_usage as last read by the gate (0..1).", registry=r
+        )
+        self._bind_state(admission)
+
+    def _bind_state(self, admission: Admission) -> None:
+        r = self.registry
+        Gauge("kvant_gate_queue_length", "Requests waiting in the gate's queue.", registry=r).set_function(
+            lambda: admission.queue_length
+        )
+        Gauge(
+            "kvant_gate_in_flight_requests", "Requests admitted and not yet finished.", registry=r
+        ).set_function(lambda: admission.in_flight)
+        Gauge(
+            "kvant_gate_in_flight_tokens",
+            "Σ (estimated prompt tokens + max new tokens) over in-flight requests.",
+            registry=r,
+        ).set_function(lambda: admission.in_flight_tokens)
+        Gauge(
+            "kvant_gate_effective_concurrency",
+            "The concurrency limit the local loop applies now.",
+            registry=r,
+        ).set_function(lambda: admission.concurrency)
+        Gauge(
+            "kvant_gate_token_budget",
+            "targetTokenUsage * the engine's max_total_num_tokens; 0 while the capacity is unknown.",
+            registry=r,
+        ).set_function(lambda: admission.token_budget or 0)
+        Gauge(
+            "kvant_gate_engine_max_total_num_tokens",
+            "The engine's KV capacity in tokens as the gate knows it; 0 while unknown.",
+            registry=r,
+        ).set_function(lambda: admission.token_capacity or 0)
+        configured = Gauge(
+            "kvant_gate_configured_limit", "The limits file's values, by field name.", ["field"], registry=r
+        )
+        for name, read in CONFIGURED_LIMIT_FIELDS.items():
+            configured.labels(name).set_function(functools.partial(read, admission))
+        mode = Gauge("kvant_gate_mode", "1 for the limits file's current mode.", ["mode"], registry=r)
+        for name in MODES:
+            mode.labels(name).set_function(functools.partial(_mode_is, admission, name))
+
+
+def _mode_is(admission: Admission, mode: str) -> float:
+    return float(admission.limits.mode == mode)

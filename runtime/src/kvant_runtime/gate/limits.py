@@ -1,0 +1,149 @@
+"""The limits file: what the operator (or on-call) tells the gate, and its validation.
+
+The file is the limits ConfigMap's content, YAML or JSON (JSON is YAML), with the
+QuantizedModel's own field names. Every field has a default, so `{}` is a valid file.
+A file that fails validation raises `LimitsError` naming the field and what would be valid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Literal, cast
+
+import yaml
+
+Mode = Literal["enforce", "observe", "off"]
+MODES: tuple[Mode, ...] = ("enforce", "observe", "off")
+
+
+class LimitsError(ValueError):
+    """The limits file is unreadable or invalid; the message says where and what would be valid."""
+
+
+@dataclass(frozen=True)
+class ConcurrencyBounds:
+    """`concurrency`: the range the local loop may move the effective concurrency in, and its steps."""
+
+    min: int = 4
+    max: int = 128
+    decreaseFactor: float = 0.75  # multiplicative decrease on saturation
+    increaseStep: int = 1  # additive increase per healthy tick
+
+
+@dataclass(frozen=True)
+class Limits:
+    """One validated limits file. Field names are the CR's, so they read the same everywhere."""
+
+    mode: Mode = "enforce"
+    maxConcurrency: int = 64
+    maxQueued: int = 256
+    queueTimeoutSeconds: float = 30.0
+    targetTokenUsage: float = 0.90
+    maxRetractionsPerMinute: int = 0
+    concurrency: ConcurrencyBounds = ConcurrencyBounds()
+    maxRequestBytes: int = 16 * 1024 * 1024
+    retryAfterSeconds: int = 1
+
+    @property
+    def concurrency_ceiling(self) -> int:
+        """The highest effective concurrency: on-call's `maxConcurrency` wins over `concurrency.max`."""
+        return min(self.concurrency.max, self.maxConcurrency)
+
+    @property
+    def concurrency_floor(self) -> int:
+        """The lowest effective concurrency the local loop may reach (never above the ceiling)."""
+        return min(self.concurrency.min, self.concurrency_ceiling)
+
+
+def parse_limits(data: object, source: str = "limits") -> Limits:
+    """Validates a decoded limits document; `source` names it in errors (usually the file path)."""
+    top = _Fields(data if data is not None else {}, source, "", Limits)
+    inner = _Fields(top.get("concurrency", {}), source, "concurrency.", ConcurrencyBounds)
+    defaults, default_bounds = Limits(), ConcurrencyBounds()
+    bounds = ConcurrencyBounds(
+        min=inner.integer("min", default_bounds.min, minimum=1),
+        max=inner.integer("max", default_bounds.max, minimum=1),
+        decreaseFactor=inner.fraction("decreaseFactor", default_bounds.decreaseFactor),
+        increaseStep=inner.integer("increaseStep", default_bounds.increaseStep, minimum=1),
+    )
+    if bounds.decreaseFactor == 1.0:
+        raise inner.error("decreaseFactor", "must be below 1 (1 would never lower the concurrency)")
+    if bounds.min > bounds.max:
+        raise inner.error("min", f"must not exceed concurrency.max ({bounds.max})")
+    mode = top.get("mode", defaults.mode)
+    if mode not in MODES:
+        raise top.error("mode", f"must be one of {', '.join(MODES)}")
+    return Limits(
+        mode=cast(Mode, mode),
+        maxConcurrency=top.integer("maxConcurrency", defaults.maxConcurrency, minimum=1),
+        maxQueued=top.integer("maxQueued", defaults.maxQueued, minimum=0),
+        queueTimeoutSeconds=top.positive("queueTimeoutSeconds", defaults.queueTimeoutSeconds),
+        targetTokenUsage=top.fraction("targetTokenUsage", defaults.targetTokenUsage),
+        maxRetractionsPerMinute=top.integer(
+            "maxRetractionsPerMinute", defaults.maxRetractionsPerMinute, minimum=0
+        ),
+        concurrency=bounds,
+        maxRequestBytes=top.integer("maxRequestBytes", defaults.maxRequestBytes, minimum=1),
+        retryAfterSeconds=top.integer("retryAfterSeconds", defaults.retryAfterSeconds, minimum=1),
+    )
+
+
+def parse_limits_text(text: bytes | str, source: str) -> Limits:
+    """Decodes YAML or JSON text, then validates it."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise LimitsError(f"{source}: not valid YAML or JSON: {err}") from err
+    return parse_limits(data, source)
+
+
+class _Fields:
+    """One mapping of the document, read field by field with errors that name the field."""
+
+    def __init__(
+        self, data: object, source: str, prefix: str, model: type[Limits] | type[ConcurrencyBounds]
+    ) -> None:
+        self.source, self.prefix = source, prefix
+        where = prefix.rstrip(".") or "the document"
+        if not isinstance(data, Mapping):
+            raise LimitsError(f"{source}: {where} must be a mapping of field names to values, got {data!r}")
+        self.data = cast(Mapping[str, Any], data)
+        known = {f.name for f in fields(model)}
+        unknown = sorted(str(key) for key in self.data if key not in known)
+        if unknown:
+            raise LimitsError(
+                f"{source}: unknown field(s) {', '.join(prefix + k for k in unknown)}; "
+                f"valid fields are {', '.join(prefix + k for k in sorted(known))}"
+            )
+
+    def get(self, key: str, default: object) -> Any:
+        return self.data.get(key, default)
+
+    def error(self, key: str, must: str) -> LimitsError:
+        return LimitsError(f"{self.source}: {self.prefix}{key} {must}, got {self.data.get(key)!r}")
+
+    def number(self, key: str, default: float) -> float:
+        value = self.data.get(key, default)
+        # bool is an int subclass; `maxQueued: true` is a mistake, not 1.
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.error(key, "must be a number")
+        return float(value)
+
+    def integer(self, key: str, default: int, *, minimum: int) -> int:
+        value = self.number(key, default)
+        if not value.is_integer() or value < minimum:
+            raise self.error(key, f"must be a whole number ≥ {minimum}")
+        return int(value)
+
+    def positive(self, key: str, default: float) -> float:
+        value = self.number(key, default)
+        if value <= 0:
+            raise self.error(key, "must be above 0")
+        return value
+
+    def fraction(self, key: str, default: float) -> float:
+        value = self.number(key, default)
+        if not 0.0 < value <= 1.0:
+            raise self.error(key, "must be a fraction in (0, 1]")
+        return value

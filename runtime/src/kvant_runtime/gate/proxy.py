@@ -1,0 +1,185 @@
+"""The request path: read the body, admit, forward to the engine, stream the answer back.
+
+Only generation requests (POST to `GENERATION_PATHS`) go through admission; everything else
+(`/health`, `/metrics`, `/get_server_info`, …) passes straight through, so `/health` is the
+engine's own health and the engine's `/metrics` stays reachable through the gate.
+Response bodies are relayed chunk by chunk as they arrive: SSE streams are never buffered.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+from kvant_runtime.gate.admission import Admission, Rejected, Ticket
+from kvant_runtime.gate.gate_metrics import GateMetrics
+from kvant_runtime.tokens import (
+    BYTES_PER_TOKEN,
+    DEFAULT_MAX_NEW_TOKENS,
+    estimate_prompt_tokens,
+    requested_new_tokens,
+)
+
+log = logging.getLogger("kvant.gate")
+
+GENERATION_PATHS = frozenset(
+    {"/generate", "/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/responses"}
+)
+# Sized answers up to this are relayed in one piece; larger or unsized ones (SSE) chunk by chunk.
+WHOLE_BODY_BYTES = 1 << 20
+# Per-connection headers (RFC 9110 §7.6.1) plus the ones aiohttp recomputes for the new hop.
+_NOT_FORWARDED = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+
+
+class Refused(Exception):
+    """The gate answers the request itself with `status`; `reason` is the metric label."""
+
+    def __init__(self, status: int, reason: str, message: str, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+class Proxy:
+    """Handles every request the gate's listener receives, except its own metrics path."""
+
+    def __init__(
+        self, upstream: str, admission: Admission, metrics: GateMetrics, session: aiohttp.ClientSession
+    ) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.admission = admission
+        self.metrics = metrics
+        self.session = session
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await _read_body(request, self.admission.limits.maxRequestBytes)
+            if request.method == "POST" and request.path in GENERATION_PATHS:
+                return await self._admit_and_forward(request, body)
+            return await self._forward(request, body)
+        except Refused as refused:
+            self.metrics.rejected.labels(refused.reason).inc()
+            return _error_response(refused)
+
+    async def _admit_and_forward(self, request: web.Request, body: bytes) -> web.StreamResponse:
+        tokens = _request_tokens(body)
+        try:
+            ticket = await self.admission.acquire(tokens)
+        except Rejected as rejected:
+            raise Refused(429, rejected.reason, str(rejected), rejected.retry_after) from None
+        self._count_admitted(ticket)
+        try:
+            return await self._forward(request, body)
+        finally:
+            self.admission.release(ticket)
+
+    def _count_admitted(self, ticket: Ticket) -> None:
+        self.metrics.admitted.inc()
+        self.metrics.queue_wait.observe(ticket.waited_seconds)
+        for limit in ticket.over_limits:
+            self.metrics.over_limit.labels(limit).inc()
+
+    async def _forward(self, request: web.Request, body: bytes) -> web.StreamResponse:
+        url = URL(self.upstream + request.raw_path, encoded=True)
+        try:
+            upstream = await self.session.request(
+                request.method,
+                url,
+                headers=_forwarded(request.headers),
+                data=body or None,
+                allow_redirects=False,
+            )
+        except aiohttp.ClientConnectorError as err:
+            raise Refused(
+                503,
+                "engine_unavailable",
+                f"the engine at {self.upstream} is not reachable: {err}",
+                self.admission.limits.retryAfterSeconds,
+            ) from None
+        except aiohttp.ClientError as err:
+            raise Refused(502, "engine_error", f"the engine at {self.upstream} failed: {err!r}") from None
+        async with upstream:
+            return await _relay(request, upstream)
+
+
+async def _relay(request: web.Request, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+    headers = _forwarded(upstream.headers)
+    length = upstream.content_length
+    if length is not None and length <= WHOLE_BODY_BYTES:
+        # A sized, small answer (non-streaming): one read and one write beat a chunk loop.
+        body = await upstream.read()
+        return web.Response(status=upstream.status, reason=upstream.reason, headers=headers, body=body)
+    response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
+    if length is not None:
+        response.content_length = length
+    await response.prepare(request)
+    try:
+        async for chunk in upstream.content.iter_any():
+            await response.write(chunk)
+    except aiohttp.ClientError as err:
+        # Headers are gone already; closing without the final chunk tells the client it is cut short.
+        log.warning("event=upstream_broke path=%s error=%r", request.path, err)
+        if request.transport is not None:
+            request.transport.close()
+        return response
+    await response.write_eof()
+    return response
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes:
+    too_large = Refused(413, "body_too_large", f"the request body exceeds maxRequestBytes={limit}")
+    if request.content_length is not None and request.content_length > limit:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _request_tokens(body: bytes) -> int:
+    """Estimated prompt tokens + requested new tokens (see kvant_runtime.tokens)."""
+    try:
+        payload = json.loads(body)
+        return estimate_prompt_tokens(payload) + requested_new_tokens(payload)
+    except (ValueError, TypeError, AttributeError):
+        # A shape the estimator does not read (a batch, malformed JSON): cost it by size and
+        # let the engine judge it, so the gate never refuses what the engine would accept.
+        return -(-len(body) // BYTES_PER_TOKEN) + DEFAULT_MAX_NEW_TOKENS
+
+
+def _forwarded(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
+    forwarded = headers.copy()
+    for name in _NOT_FORWARDED:
+        if name in forwarded:
+            del forwarded[name]
+    return forwarded
+
+
+def _error_response(refused: Refused) -> web.Response:
+    headers = {"Retry-After": str(refused.retry_after)} if refused.retry_after is not None else None
+    body = {"error": {"message": str(refused), "type": refused.reason, "code": refused.status}}
+    return web.json_response(body, status=refused.status, headers=headers)

@@ -1,0 +1,168 @@
+"""Wires the gate together: listeners, the upstream session, the background loops.
+
+`run_gate` starts everything and runs until cancelled. Its listeners use aiohttp's handler
+cancellation, so a client that disconnects cancels its handler at once: a queued request
+leaves the queue, an in-flight one closes its engine connection (SGLang aborts it) and
+gives its slot back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import signal
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from kvant_runtime.gate.admission import Admission
+from kvant_runtime.gate.concurrency import ConcurrencyController
+from kvant_runtime.gate.gate_metrics import GateMetrics
+from kvant_runtime.gate.limits import Limits
+from kvant_runtime.gate.loops import LimitsFile, LocalLoop, watch_limits
+from kvant_runtime.gate.proxy import Proxy
+
+log = logging.getLogger("kvant.gate")
+
+METRICS_PATH = "/gate/metrics"
+# Connection reuse to the engine matters for latency; the gate's admission, not the pool, limits load.
+# Idle connections close before SGLang closes them (SGLANG_TIMEOUT_KEEP_ALIVE, 5 s by default), so
+# a request is never sent on a connection the engine is closing at that moment.
+KEEPALIVE_SECONDS = 4.0
+SHUTDOWN_GRACE_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    listen: tuple[str, int]
+    upstream: str
+    limits_path: Path
+    metrics_listen: tuple[str, int] | None = None
+    interval: float = 1.0  # seconds between limits reloads and engine metric reads
+
+
+class Gate:
+    """One gate's live state; `apply_limits` is how new limits enter it."""
+
+    def __init__(self, config: GateConfig, limits: Limits) -> None:
+        self.config = config
+        self.admission = Admission(limits)
+        self.controller = ConcurrencyController(limits)
+        self.metrics = GateMetrics(self.admission)
+
+    def apply_limits(self, limits: Limits) -> None:
+        change = self.controller.set_limits(limits)
+        self.admission.set_limits(limits)
+        self.admission.set_concurrency(self.controller.value)
+        if change is not None:
+            log.info("event=concurrency_clamped reason=%r", change.reason)
+
+    async def metrics_handler(self, _request: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(self.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+
+@contextlib.asynccontextmanager
+async def running_gate(config: GateConfig) -> AsyncIterator[tuple[Gate, list[tuple[str, int]]]]:
+    """Starts a gate; yields it and the addresses it listens on (proxy first, then metrics)."""
+    limits_file = LimitsFile(config.limits_path)
+    gate = Gate(config, limits_file.load())
+    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_SECONDS)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0)
+    # A proxy forwards bytes: no cookie jar shared between clients, no headers the client did not
+    # send (aiohttp would add Accept-Encoding and get answers compressed that nobody asked for).
+    async with aiohttp.ClientSession(
+        connector=connector,
+        timeout=timeout,
+        auto_decompress=False,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
+    ) as session:
+        proxy = Proxy(config.upstream, gate.admission, gate.metrics, session)
+        app = web.Application()
+        app.router.add_get(METRICS_PATH, gate.metrics_handler)
+        app.router.add_route("*", "/{tail:.*}", proxy.handle)
+        apps = [(app, config.listen)]
+        if config.metrics_listen is not None:
+            metrics_app = web.Application()
+            metrics_app.router.add_get("/metrics", gate.metrics_handler)
+            apps.append((metrics_app, config.metrics_listen))
+        async with contextlib.AsyncExitStack() as stack:
+            addresses = [await stack.enter_async_context(_serving(a, address)) for a, address in apps]
+            loop = LocalLoop(
+                session,
+                config.upstream,
+                admission=gate.admission,
+                controller=gate.controller,
+                metrics=gate.metrics,
+                interval=config.interval,
+            )
+            tasks = [
+                asyncio.create_task(loop.run(), name="gate-local-loop"),
+                asyncio.create_task(
+                    watch_limits(limits_file, gate.apply_limits, gate.metrics, config.interval),
+                    name="gate-limits-reload",
+                ),
+            ]
+            # Start-up objects (imports, app) live forever: moving them out of the collector's sight
+            # keeps a full collection from stalling the proxy for tens of milliseconds (a p99 spike).
+            gc.freeze()
+            try:
+                yield gate, addresses
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def run_gate(config: GateConfig) -> None:
+    """Serves until cancelled (SIGTERM/SIGINT in `kvant gate`)."""
+    async with running_gate(config) as (gate, addresses):
+        log.info(
+            "event=gate_started listen=%s upstream=%s limits=%s metrics=%s",
+            _address(addresses[0]),
+            config.upstream,
+            config.limits_path,
+            f"{_address(addresses[-1])}{METRICS_PATH if len(addresses) == 1 else '/metrics'}",
+        )
+        log.info("event=limits_loaded limits=%s", gate.admission.limits)
+        await asyncio.Event().wait()
+
+
+async def serve_until_signalled(config: GateConfig) -> None:
+    """`run_gate` until SIGTERM or SIGINT; in-flight requests get SHUTDOWN_GRACE_SECONDS to finish."""
+    task = asyncio.create_task(run_gate(config))
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, task.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    log.info("event=gate_stopped")
+
+
+@contextlib.asynccontextmanager
+async def _serving(app: web.Application, address: tuple[str, int]) -> AsyncIterator[tuple[str, int]]:
+    runner = web.AppRunner(
+        app, handler_cancellation=True, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_SECONDS
+    )
+    await runner.setup()
+    sock = socket.create_server(address, reuse_port=False)
+    try:
+        await web.SockSite(runner, sock, backlog=1024).start()
+        bound = sock.getsockname()
+        yield bound[0], bound[1]
+    finally:
+        await runner.cleanup()
+        sock.close()
+
+
+def _address(address: tuple[str, int]) -> str:
+    return f"{address[0]}:{address[1]}"

@@ -1,0 +1,98 @@
+"""The local fast loop's AIMD: cut multiplicatively when saturated, grow additively when healthy."""
+
+from __future__ import annotations
+
+from kvant_runtime.gate.concurrency import ConcurrencyController, EngineSample
+from kvant_runtime.gate.limits import parse_limits
+
+LIMITS = {"maxConcurrency": 64, "targetTokenUsage": 0.9, "concurrency": {"min": 4, "max": 128}}
+
+
+def _sample(token_usage: float = 0.5, retracted: float = 0) -> EngineSample:
+    return EngineSample(token_usage=token_usage, retracted_total=retracted, max_total_num_tokens=1000)
+
+
+def test_starts_at_the_ceiling_min_of_max_concurrency_and_concurrency_max():
+    assert ConcurrencyController(parse_limits(LIMITS)).value == 64
+
+
+def test_token_usage_over_target_cuts_by_the_decrease_factor_with_a_readable_reason():
+    controller = ConcurrencyController(parse_limits(LIMITS))
+    change = controller.step(_sample(0.96), now=0.0, in_flight=64)
+    assert change is not None
+    assert (change.old, change.new, change.direction, change.signal) == (64, 48, "down", "token_usage")
+    assert change.reason == "token_usage 0.96 > 0.90; concurrency 64 → 48"
+
+
+def test_no_second_cut_until_in_flight_has_drained_to_the_new_limit():
+    controller = ConcurrencyController(parse_limits(LIMITS))
+    controller.step(_sample(0.96), now=0.0, in_flight=64)
+    assert controller.step(_sample(0.96), now=1.0, in_flight=60) is None
+    assert controller.value == 48
+    change = controller.step(_sample(0.96), now=2.0, in_flight=48)
+    assert change is not None and change.new == 36
+
+
+def test_healthy_ticks_grow_by_the_increase_step_up_to_the_ceiling():
+    controller = ConcurrencyController(
+        parse_limits({**LIMITS, "concurrency": {"min": 4, "max": 128, "increaseStep": 5}})
+    )
+    controller.step(_sample(0.99), now=0.0, in_flight=0)
+    assert controller.value == 48
+    values = []
+    for tick in range(1, 6):
+        controller.step(_sample(0.5), now=float(tick), in_flight=0)
+        values.append(controller.value)
+    assert values == [53, 58, 63, 64, 64]
+
+
+def test_at_target_exactly_is_healthy_just_above_is_not():
+    controller = ConcurrencyController(parse_limits(LIMITS))
+    controller.value = 10
+    controller.step(_sample(0.90), now=0.0, in_flight=10)
+    assert controller.value == 11
+    controller.step(_sample(0.9001), now=1.0, in_flight=11)
+    assert controller.value == 8
+
+
+def test_cuts_never_go_below_concurrency_min():
+    controller = ConcurrencyController(parse_limits(LIMITS))
+    for tick in range(50):
+        controller.step(_sample(1.0), now=float(tick), in_flight=0)
+    assert controller.value == 4
+
+
+def test_new_retractions_cut_and_an_engine_restart_resetting_the_counter_does_not():
+    controller = ConcurrencyController(parse_limits(LIMITS))
+    assert controller.step(_sample(retracted=7), now=0.0, in_flight=0) is None  # baseline, at ceiling
+    change = controller.step(_sample(retracted=9), now=1.0, in_flight=0)
+    assert change is not None and change.signal == "retractions" and change.new == 48
+    assert "2 retractions/min > maxRetractionsPerMinute 0" in change.reason
+    restarted = controller.step(_sample(retracted=0), now=2.0, in_flight=0)
+    assert restarted is not None and restarted.direction == "up"
+
+
+def test_retractions_within_the_allowance_per_minute_are_tolerated():
+    controller = ConcurrencyController(parse_limits({**LIMITS, "maxRetractionsPerMinute": 3}))
+    controller.value = 32
+    totals = [0, 1, 2, 3, 4]  # one more each second: the 4th in the minute exceeds 3
+    signals = []
+    for tick, total in enumerate(totals):
+        change = controller.step(_sample(retracted=total), now=float(tick), in_flight=0)
+        signals.append(change.signal if change else None)
+    assert signals == ["healthy", None, None, None, "retractions"]
+    # More than a minute later the old retractions have left the window: one more is tolerated,
+    # and a tick without new ones is healthy again.
+    assert controller.step(_sample(retracted=5), now=70.0, in_flight=0) is None
+    change = controller.step(_sample(retracted=5), now=71.0, in_flight=0)
+    assert change is not None and change.signal == "healthy"
+
+
+def test_new_limits_clamp_the_value_at_once():
+    controller = ConcurrencyController(parse_limits(LIMITS))
+    change = controller.set_limits(parse_limits({**LIMITS, "maxConcurrency": 16}))
+    assert change is not None and (change.old, change.new, change.direction) == (64, 16, "down")
+    controller.value = 4
+    change = controller.set_limits(parse_limits({**LIMITS, "concurrency": {"min": 8, "max": 128}}))
+    assert change is not None and change.new == 8
+    assert controller.set_limits(parse_limits({**LIMITS, "concurrency": {"min": 8, "max": 128}})) is None

@@ -1,0 +1,85 @@
+"""Against the real engine simulator: the token budget keeps its KV cache from being overrun.
+
+The control run sends the same burst straight to the simulator, which admits on prompt
+size only (as SGLang does) and then has to retract mid-decode. Through the gate, with the
+budget at 90% of the simulator's capacity, nothing is retracted and every request completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+
+from kvant_runtime.gate.engine_metrics import parse_engine_metrics
+from kvant_runtime.sim.cost import CostModel
+from kvant_runtime.sim.engine import Engine, EngineConfig
+from kvant_runtime.sim.server import ServerInfo, SimServer
+from tests.unit.gate_harness import KubeletLimitsDir, gate_in_front_of, gate_metric, run, serving, until
+
+KV_TOKENS = 1000
+# 400 ASCII characters ≈ 100 prompt tokens, + 100 new tokens: 200 KV tokens per request at the end.
+BODY = {"text": "x" * 400, "sampling_params": {"max_new_tokens": 100}}
+BURST = 10
+FAST = CostModel(decode_base_s=0.0005, decode_per_request_s=0.0, prefill_per_token_s=0.0)
+
+
+def _simulator() -> SimServer:
+    # new_token_ratio=0: admit on prompt size alone, so the unprotected burst overruns the cache.
+    config = EngineConfig(
+        kv_tokens=KV_TOKENS, max_running_requests=64, context_length=4096, new_token_ratio=0.0, cost=FAST
+    )
+    return SimServer(Engine(config), ServerInfo("tiny"))
+
+
+async def _retracted(session: aiohttp.ClientSession, engine_url: str) -> float:
+    async with session.get(engine_url + "/metrics") as resp:
+        return parse_engine_metrics(await resp.text()).retracted_total
+
+
+async def _burst(session: aiohttp.ClientSession, url: str) -> list[int]:
+    async def one() -> int:
+        async with session.post(url + "/generate", json=BODY) as resp:
+            await resp.read()
+            return resp.status
+
+    return list(await asyncio.gather(*(one() for _ in range(BURST))))
+
+
+def test_direct_burst_retracts_but_through_the_gate_it_does_not(tmp_path):
+    async def scenario() -> None:
+        limits = KubeletLimitsDir(tmp_path)
+        limits.write({"maxConcurrency": 64, "targetTokenUsage": 0.9, "concurrency": {"min": 1}})
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+            async with serving(_simulator().app()) as direct_url:
+                assert await _burst(session, direct_url) == [200] * BURST
+                assert await _retracted(session, direct_url) > 0  # the control: the cache was overrun
+
+            async with (
+                serving(_simulator().app()) as engine_url,
+                gate_in_front_of(engine_url, limits) as (
+                    gate,
+                    url,
+                ),
+            ):
+                await until(
+                    lambda: gate.admission.token_capacity == KV_TOKENS, "the gate to learn the capacity"
+                )
+                assert gate.admission.token_budget == 900
+                peak_tokens = 0
+
+                async def watch() -> None:
+                    nonlocal peak_tokens
+                    while True:
+                        peak_tokens = max(peak_tokens, gate.admission.in_flight_tokens)
+                        await asyncio.sleep(0)
+
+                watcher = asyncio.create_task(watch())
+                statuses = await _burst(session, url)
+                watcher.cancel()
+                assert statuses == [200] * BURST
+                assert await _retracted(session, engine_url) == 0
+                assert 0 < peak_tokens <= 900
+                assert await gate_metric(session, url, "kvant_gate_admitted_total") == BURST
+
+    run(scenario())
