@@ -149,21 +149,13 @@ def _namespace_objects(name: str, artifacts: Path) -> list[Obj]:
 
 @pytest.fixture
 def tiny_model(tiny_checkpoint: Path) -> Callable[..., Obj]:
-    """The tiny example, pointed at this session's checkpoint, with overrides merged into spec."""
+    """The tiny example, pointed at this session's checkpoint; each override replaces a whole spec section."""
 
     def make(name: str = "tiny", **overrides: Any) -> Obj:
         manifest: Obj = yaml.safe_load((REPO / "examples" / "tiny.yaml").read_text())
         manifest["metadata"] = {"name": name}
         manifest["spec"]["source"]["uri"] = f"file://{tiny_checkpoint}"
-        _merge(manifest["spec"], overrides)
+        manifest["spec"].update(overrides)
         return manifest
 
     return make
-
-
-def _merge(base: Obj, overrides: Obj) -> None:
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            _merge(base[key], value)
-        else:
-            base[key] = value

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from kubernetes import client
+from tests.kube_wait import wait_for
 
 from kvant_dev.cluster import LocalCluster
 
@@ -32,3 +34,35 @@ def serving_pods(cluster: LocalCluster, namespace: str, model: str) -> list[clie
     core = client.CoreV1Api(cluster.api_client())
     pods = core.list_namespaced_pod(namespace, label_selector=f"kvant.dev/model={model},kvant.dev/role").items
     return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+
+def apply(cluster: LocalCluster, namespace: str, manifest: Obj) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(manifest))
+
+
+def patch_spec(cluster: LocalCluster, namespace: str, name: str, spec_patch: Obj) -> None:
+    cluster.kubectl(
+        "patch", "-n", namespace, f"qm/{name}", "--type=merge", "-p", json.dumps({"spec": spec_patch})
+    )
+
+
+def wait_ready(cluster: LocalCluster, namespace: str, name: str, timeout: int = 180) -> Obj:
+    """Ready for the current generation (kstatus: observedGeneration must have caught up)."""
+
+    def ready() -> Obj | None:
+        qm = get_qm(cluster, namespace, name)
+        status = qm.get("status") or {}
+        current = status.get("observedGeneration") == qm["metadata"]["generation"]
+        return qm if current and status.get("phase") == "Ready" and is_true(qm, "Ready") else None
+
+    return wait_for(ready, timeout, f"qm/{name} to be Ready for its current generation")
+
+
+def metric_value(text: str, name: str, labels: str = "") -> float | None:
+    """The value of one sample in Prometheus text format, e.g. name='kvant_gate_configured_limit',
+    labels='field="maxConcurrency"'."""
+    prefix = f"{name}{{{labels}}}" if labels else name
+    for line in text.splitlines():
+        if line.startswith(prefix + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return None

@@ -15,7 +15,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
 def test_apply_converts_and_serves_ready(cluster, operator, namespace, tiny_model):
     manifest = tiny_model(kvCache={"dtype": "fp8_e4m3", "scales": "unit"})
-    manifest["spec"]["kvCache"].pop("calibration", None)
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(manifest))
 
     wait_for(

@@ -19,6 +19,10 @@ from kvant_dev.toolchain import Toolchain, pinned_versions
 _NODE_READY_TIMEOUT = 90.0
 
 
+class KubectlError(RuntimeError):
+    """A kubectl call failed; the message carries its stderr."""
+
+
 @dataclass
 class LocalCluster:
     workdir: Path
@@ -92,7 +96,9 @@ class LocalCluster:
         argv = [str(self.toolchain.kubectl), f"--kubeconfig={self.kubeconfig}", *args]
         result = subprocess.run(argv, input=input, capture_output=True, text=True, check=False, timeout=120)
         if check and result.returncode != 0:
-            raise subprocess.CalledProcessError(result.returncode, argv, result.stdout, result.stderr)
+            raise KubectlError(
+                f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}"
+            )
         return result
 
     def diagnostics(self, lines: int = 30) -> str:

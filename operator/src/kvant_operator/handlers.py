@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
@@ -16,8 +17,10 @@ from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
 from kvant_operator import metrics
-from kvant_operator.api.resource import GROUP, PLURAL, VERSION
+from kvant_operator.api.resource import GROUP, PLURAL, VERSION, QuantizedModel
 from kvant_operator.kube import Kube
+from kvant_operator.protection.loop import ProtectionResult, Protector
+from kvant_operator.protection.samples import CounterMemory
 from kvant_operator.reconcile import Outcome, Reconciler
 from kvant_operator.settings import OperatorSettings
 
@@ -39,7 +42,9 @@ def _api_client() -> Any:
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.posting.level = logging.WARNING  # our own Events say what happened; kopf's would repeat it
     settings.watching.server_timeout = 300
-    memo["reconciler"] = Reconciler(Kube(_api_client()), OperatorSettings.from_env())
+    kube = Kube(_api_client())
+    memo["reconciler"] = Reconciler(kube, OperatorSettings.from_env())
+    memo["protector"] = Protector(kube)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
@@ -55,13 +60,19 @@ async def model_daemon(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
     wakeup = asyncio.Event()
     memo["wakeup"] = wakeup
     reconciler: Reconciler = memo["reconciler"]
+    protector = ModelProtection(memo["protector"])
     settings = reconciler.settings
     failures = 0
     while not stopped:
         interval = settings.idle_interval
         try:
-            outcome = await asyncio.to_thread(_reconcile_once, reconciler, _plain(body))
-            interval = settings.busy_interval if outcome.busy else settings.idle_interval
+            plain = _plain(body)
+            protection = await asyncio.to_thread(protector.step_if_due, plain)
+            outcome = await asyncio.to_thread(_reconcile_once, reconciler, plain, protection)
+            interval = min(
+                settings.busy_interval if outcome.busy else settings.idle_interval,
+                protector.seconds_to_next(),
+            )
             failures = 0
         except Exception as err:  # API trouble or a bug: back off, keep serving the other models
             failures += 1
@@ -86,9 +97,36 @@ async def model_daemon(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
     _publish_phase_counts()
 
 
-def _reconcile_once(reconciler: Reconciler, body: dict[str, Any]) -> Outcome:
+class ModelProtection:
+    """Runs the protection step of one model every spec.protection.metrics.intervalSeconds."""
+
+    def __init__(self, protector: Protector) -> None:
+        self.protector = protector
+        self.memory = CounterMemory()
+        self.next_due = 0.0
+        self.interval = 15.0
+
+    def step_if_due(self, body: dict[str, Any]) -> ProtectionResult | None:
+        now = time.monotonic()
+        if now < self.next_due:
+            return None
+        try:
+            spec = QuantizedModel.model_validate(body).spec
+        except ValueError:
+            return None  # the reconcile reports the invalid spec
+        self.interval = float(spec.protection.metrics.interval_seconds)
+        self.next_due = now + self.interval
+        return self.protector.step(body, spec, self.memory, datetime.now(UTC).replace(microsecond=0))
+
+    def seconds_to_next(self) -> float:
+        return max(0.5, self.next_due - time.monotonic())
+
+
+def _reconcile_once(
+    reconciler: Reconciler, body: dict[str, Any], protection: ProtectionResult | None
+) -> Outcome:
     started = time.monotonic()
-    outcome = reconciler.reconcile(body)
+    outcome = reconciler.reconcile(body, protection)
     meta = body["metadata"]
     if _changed(body.get("status") or {}, outcome.status):
         reconciler.kube.patch_status(meta["namespace"], meta["name"], outcome.status)
@@ -102,7 +140,16 @@ def _reconcile_once(reconciler: Reconciler, body: dict[str, Any]) -> Outcome:
 
 
 def _changed(live: dict[str, Any], desired: dict[str, Any]) -> bool:
-    return any(live.get(key) != value for key, value in desired.items())
+    return any(_without_nulls(live.get(key)) != _without_nulls(value) for key, value in desired.items())
+
+
+def _without_nulls(value: Any) -> Any:
+    """A null in a merge patch deletes the key, so {"a": None} and {} describe the same status."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
 
 
 def _plain(body: kopf.Body) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from kvant_operator.artifact import (
 from kvant_operator.jobstate import JobPhase, failure_detail, job_pods, job_state, last_json_line
 from kvant_operator.kube import Kube
 from kvant_operator.planner.plan import CapacityPlan
+from kvant_operator.protection.loop import ProtectionResult
 from kvant_operator.render import jobs
 from kvant_operator.render.limits import limits_configmap
 from kvant_operator.render.meta import model_labels, owner_reference, with_applied_hash
@@ -49,6 +50,7 @@ Obj = dict[str, Any]
 T, F = ConditionStatus.TRUE, ConditionStatus.FALSE
 RECORD_PREFIX = "kvant-artifact-"
 log = logging.getLogger("kvant.operator.reconcile")
+Protection = ProtectionResult | None
 
 
 class Blocked(Exception):
@@ -75,11 +77,12 @@ class ConditionLog:
     now: datetime
     written: set[ConditionType] = field(default_factory=set)
 
-    def set(self, kind: ConditionType, ok: bool, reason: str, message: str) -> None:
+    def set(self, kind: ConditionType, ok: bool | ConditionStatus, reason: str, message: str) -> None:
+        status = ok if isinstance(ok, ConditionStatus) else (T if ok else F)
         self.conditions = set_condition(
             self.conditions,
             kind,
-            T if ok else F,
+            status,
             reason=reason,
             message=message,
             generation=self.generation,
@@ -97,6 +100,7 @@ class Pass:
     log: ConditionLog
     plan: PlanStatus | None = None
     artifact: ArtifactStatus | None = None
+    protection: ProtectionResult | None = None
     events: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
@@ -111,7 +115,8 @@ class Reconciler:
     def __init__(self, kube: Kube, settings: OperatorSettings) -> None:
         self.kube, self.settings = kube, settings
 
-    def reconcile(self, body: Obj) -> Outcome:
+    def reconcile(self, body: Obj, protection: Protection = None) -> Outcome:
+        """`protection` is this pass's protection step, when one ran; it joins the same status write."""
         status = body.get("status") or {}
         generation = int(body["metadata"].get("generation", 0))
         previous = [Condition.model_validate(c) for c in status.get("conditions") or []]
@@ -126,6 +131,7 @@ class Reconciler:
             ConditionLog(previous, generation, now),
             plan=PlanStatus.model_validate(status["plan"]) if status.get("plan") else None,
             artifact=ArtifactStatus.model_validate(status["artifact"]) if status.get("artifact") else None,
+            protection=protection,
         )
         try:
             self._plan(p)
@@ -312,7 +318,10 @@ class Reconciler:
     def _serving_objects(self, p: Pass) -> list[Obj]:
         assert p.plan is not None and p.artifact is not None
         status = p.body.get("status") or {}
-        effective = (status.get("protection") or {}).get("effectiveConcurrency")
+        if p.protection is not None:
+            effective = p.protection.effective_concurrency
+        else:
+            effective = (status.get("protection") or {}).get("effectiveConcurrency")
         if needs_artifact(p.spec):
             location = artifact_location(p.spec, self.settings, artifact_key(p.spec, self.settings))
         else:
@@ -380,12 +389,17 @@ class Reconciler:
     def _outcome(self, body: Obj, log_: ConditionLog, phase: Phase, busy: bool, p: Pass | None) -> Outcome:
         if ConditionType.DEGRADED not in log_.written:
             log_.set(ConditionType.DEGRADED, False, "AsExpected", "no failures")
+        if p is not None and p.protection is not None:
+            log_.set(ConditionType.CACHE_PROTECTED, *p.protection.condition)
         status: Obj = {
             "observedGeneration": log_.generation,
             "phase": phase.value,
             "conditions": [c.model_dump(mode="json", by_alias=True) for c in log_.conditions],
         }
         events = p.events if p else []
+        if p is not None and p.protection is not None:
+            status["protection"] = p.protection.status  # None values delete stale keys (merge patch)
+            events += p.protection.events
         if p is not None and p.plan is not None:
             status["plan"] = p.plan.model_dump(mode="json", by_alias=True, exclude_none=True)
         if p is not None and p.artifact is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import random
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -16,6 +17,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--peering",
         default=None,
         help="KopfPeering name for leader election between replicas (default: none)",
+    )
+    parser.add_argument(
+        "--priority",
+        type=int,
+        default=None,
+        help="peering priority: the highest live replica leads (default: random; tied replicas all pause)",
     )
     parser.add_argument(
         "--liveness", default="http://0.0.0.0:8080/healthz", help="liveness/readiness endpoint"
@@ -39,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
             clusterwide=not args.namespace,
             namespaces=args.namespace,
             peering_name=args.peering,
+            priority=args.priority if args.priority is not None else random.randrange(1, 2**31),
             standalone=args.peering is None,
             liveness_endpoint=args.liveness,
         )

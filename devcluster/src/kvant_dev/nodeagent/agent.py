@@ -136,10 +136,13 @@ class NodeAgent:
             uid = pod["metadata"]["uid"]
             if node is None or uid in self.runners:
                 continue
-            if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
-                continue  # finished before this agent started; nothing to run
             if pod["metadata"].get("deletionTimestamp"):
+                self._remove(
+                    pod
+                )  # nothing of it runs here: confirm the deletion at once, as the kubelet does
                 continue
+            if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                continue  # finished before this agent started: nothing to run
             runner = PodRunner(pod, self._allocate_ip(uid, node), node.host_ip, self.ctx)
             with self._lock:
                 self.runners[uid] = runner
@@ -178,12 +181,16 @@ class NodeAgent:
         grace = float(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
         runner.terminate(grace)
         runner.report()
+        self._remove(pod)
+
+    def _remove(self, pod: Obj) -> None:
+        meta = pod["metadata"]
         # Options go in the body only: the apiserver ignores query parameters when a body is sent.
         options = client.V1DeleteOptions(
-            grace_period_seconds=0, preconditions=client.V1Preconditions(uid=pod["metadata"]["uid"])
+            grace_period_seconds=0, preconditions=client.V1Preconditions(uid=meta["uid"])
         )
         try:
-            self.core.delete_namespaced_pod(runner.name, runner.namespace, body=options)
+            self.core.delete_namespaced_pod(meta["name"], meta["namespace"], body=options)
         except ApiException as err:
             if err.status not in (404, 409):
                 raise

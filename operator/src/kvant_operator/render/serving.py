@@ -147,14 +147,19 @@ def _simulator_args(inputs: ServingInputs) -> list[str]:
     return [
         "sim", "--host", "$(POD_IP)", "--port", str(ENGINE_PORT), "--model-name", inputs.model,
         "--kv-tokens", str(inputs.plan.kv_tokens_per_replica),
-        "--max-running-requests", str(_max_running_requests(inputs.spec)),
+        "--max-running-requests", str(_max_running_requests(inputs.plan)),
         "--seed", "0",
     ]  # fmt: skip
 
 
-def _max_running_requests(spec: QuantizedModelSpec) -> int:
-    """The engine's own cap is the outer bound; the gate enforces the live limits below it."""
-    return spec.limits.max_concurrency
+def _max_running_requests(plan: PlanStatus) -> int:
+    """The engine's outer bound, set once from the plan: room for requests averaging 256 KV tokens.
+
+    It never follows spec.limits: changing an engine flag restarts the engine, and on-call limits must
+    not. It is deliberately loose (the engine admits by prompt, as SGLang does); the gate enforces the
+    live, token-aware limits below it.
+    """
+    return max(1, min(4096, plan.kv_tokens_per_replica // 256))
 
 
 def _launch_spec(inputs: ServingInputs, role: Role) -> Obj:
@@ -167,7 +172,7 @@ def _launch_spec(inputs: ServingInputs, role: Role) -> Obj:
         "tensorParallel": spec.serving.tensor_parallel,
         "artifactDigest": inputs.digest or None,
         "memFractionStatic": plan.mem_fraction_static,
-        "maxRunningRequests": _max_running_requests(spec),
+        "maxRunningRequests": _max_running_requests(plan),
         "maxTotalTokens": plan.kv_tokens_per_replica,
         "pageSize": spec.serving.page_size,
         "disaggregationRole": None if role.name == "serve" else role.name,

@@ -1,0 +1,36 @@
+"""An unknown architecture gives Degraded with a clear message, and other models keep being served."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tests.kube_wait import wait_for
+
+from e2e.qm import apply, condition, get_qm, wait_ready
+
+pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
+
+
+def test_unknown_architecture_is_degraded_while_good_model_gets_ready(
+    cluster, operator, namespace, tiny_model, tmp_path
+):
+    broken = tmp_path / "mystery-model"
+    broken.mkdir()
+    (broken / "config.json").write_text(
+        json.dumps({"architectures": ["MysteryForCausalLM"], "hidden_size": 64})
+    )
+    bad = tiny_model("mystery", kvCache={"dtype": "bf16"})
+    bad["spec"]["source"]["uri"] = f"file://{broken}"
+    apply(cluster, namespace, bad)
+    apply(cluster, namespace, tiny_model("good", kvCache={"dtype": "bf16"}))
+
+    def degraded() -> dict | None:
+        found = condition(get_qm(cluster, namespace, "mystery"), "Degraded")
+        return found if found and found["status"] == "True" else None
+
+    cond = wait_for(degraded, 120, "qm/mystery to turn Degraded")
+    assert cond["reason"] == "PlanFailed"
+    assert "MysteryForCausalLM" in cond["message"]
+    assert get_qm(cluster, namespace, "mystery")["status"]["phase"] == "Failed"
+    wait_ready(cluster, namespace, "good")

@@ -1,0 +1,86 @@
+"""helm install → the operator runs from the chart's Deployment (node-agent pods, the chart's
+ServiceAccount, namespaced RBAC, two peered replicas) → a QuantizedModel reaches Ready → helm uninstall.
+
+Proves the chart's RBAC is enough: the only Kvant operator running during this test is the chart's.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes import client
+from tests.helm_chart import CHART, helm, value_flags
+from tests.kube_wait import wait_for
+
+from e2e.qm import get_qm, wait_ready
+
+pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
+
+RELEASE, CHART_NAMESPACE = "kvant", "kvant-e2e-chart"
+OPERATOR_PODS = "app.kubernetes.io/component=operator,app.kubernetes.io/instance=kvant"
+
+
+def test_helm_install_operator_serves(cluster, operator, namespace, tiny_model):
+    operator.stop()  # the session's local operator would otherwise reconcile the model too
+    values = {
+        "watchNamespaces": [namespace],
+        "reconcile": {"busyIntervalSeconds": 1, "idleIntervalSeconds": 10},
+    }
+    try:
+        helm(
+            "install", RELEASE, str(CHART), f"--namespace={CHART_NAMESPACE}", "--create-namespace",
+            "--wait", "--timeout=120s", *value_flags(values),
+            kubeconfig=cluster.kubeconfig,
+        )  # fmt: skip
+        core = client.CoreV1Api(cluster.api_client())
+        pods = core.list_namespaced_pod(CHART_NAMESPACE, label_selector=OPERATOR_PODS).items
+        assert len(pods) == 2
+        assert {p.spec.service_account_name for p in pods} == {RELEASE}
+        assert all(p.status.phase == "Running" for p in pods)
+
+        # On a first install the replicas may start before helm creates their KopfPeering (custom
+        # kinds come last); kopf then records them at its next keep-alive, within its 60 s lifetime.
+        names = {p.metadata.name for p in pods}
+        wait_for(
+            lambda: set(_peers(cluster, namespace)) == names, 90, f"both replicas in the peering: {names}"
+        )
+
+        manifest = tiny_model(kvCache={"dtype": "fp8_e4m3", "scales": "unit"})
+        manifest["spec"]["kvCache"].pop("calibration", None)
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(manifest))
+        qm = wait_ready(cluster, namespace, "tiny", timeout=240)
+        assert qm["status"]["artifact"]["digest"].startswith("sha256:")
+
+        logs = {pod: _operator_log(cluster, pod) for pod in names}
+        workers = [pod for pod, log in logs.items() if f"applied Deployment {namespace}/tiny" in log]
+        assert len(workers) == 1, f"expected only the peering leader to reconcile, got {workers}"
+        for pod, log in logs.items():
+            assert "Forbidden" not in log, f"{pod} was denied an API call:\n{log[-4000:]}"
+
+        cluster.kubectl("delete", "-n", namespace, "qm/tiny", "--wait=false")
+        wait_for(lambda: not _exists(cluster, namespace), 60, "qm/tiny to be deleted (finalizer released)")
+    finally:
+        helm("uninstall", RELEASE, f"--namespace={CHART_NAMESPACE}", "--wait", kubeconfig=cluster.kubeconfig)
+        cluster.kubectl("delete", "namespace", CHART_NAMESPACE, "--wait=false")
+        operator.start()
+
+
+def _operator_log(cluster, pod: str) -> str:
+    return str(cluster.kubectl("logs", "-n", CHART_NAMESPACE, pod).stdout)
+
+
+def _peers(cluster, namespace: str) -> dict[str, object]:
+    custom = client.CustomObjectsApi(cluster.api_client())
+    peering = custom.get_namespaced_custom_object("kopf.dev", "v1", namespace, "kopfpeerings", RELEASE)
+    return dict(peering.get("status") or {})
+
+
+def _exists(cluster, namespace: str) -> bool:
+    try:
+        get_qm(cluster, namespace, "tiny")
+    except client.ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+    return True
