@@ -37,6 +37,10 @@ def _reconciles(operator) -> float:
     )
 
 
+def _reconciled(operator, count: float):
+    return lambda: _reconciles(operator) >= count
+
+
 def test_twenty_reconciles_of_an_unchanged_model_write_nothing(cluster, operator, namespace, tiny_model):
     apply(cluster, namespace, tiny_model(kvCache={"dtype": "bf16"}))
     wait_ready(cluster, namespace, "tiny")
@@ -58,7 +62,7 @@ def test_twenty_reconciles_of_an_unchanged_model_write_nothing(cluster, operator
             {"metadata": {"annotations": {"e2e.kvant.dev/poke": str(i)}}},
         )
         last_rv = patched["metadata"]["resourceVersion"]
-        wait_for(lambda n=i: _reconciles(operator) >= start + n + 1, 30, f"reconcile {i + 1}")
+        wait_for(_reconciled(operator, start + i + 1), 30, f"reconcile {i + 1}")
 
     assert _reconciles(operator) >= start + 20
     qm = get_qm(cluster, namespace, "tiny")

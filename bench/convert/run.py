@@ -115,7 +115,7 @@ def main() -> None:
         shutil.rmtree(stale, ignore_errors=True)
     source_bytes = sum(p.stat().st_size for p in source.glob("*.safetensors"))
 
-    kvant = timed(
+    kvant: dict[str, Any] = timed(
         [sys.executable, "-m", "kvant_cli.main", "convert", str(source), str(ours), "--group-size", "128"]
     )
     kvant["outputBytes"] = dir_bytes(ours)

@@ -15,7 +15,9 @@ from tests.integration.qm_crd import install_crd
 pytestmark = pytest.mark.cluster
 
 NAMESPACE = "qm-examples"
-EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
+EXAMPLES = sorted(
+    p for p in (Path(__file__).parents[2] / "examples").glob("*.yaml") if p.name != "kustomization.yaml"
+)
 
 
 @pytest.fixture(scope="module")

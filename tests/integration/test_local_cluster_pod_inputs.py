@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -26,9 +27,9 @@ http.server.HTTPServer((os.environ['POD_IP'], 8080), H).serve_forever()
 """
 
 
-def _report(pod_ip: str) -> dict[str, object]:
+def _report(pod_ip: str) -> dict[str, Any]:
     with urllib.request.urlopen(f"http://{pod_ip}:8080/", timeout=5) as response:
-        report: dict[str, object] = json.load(response)
+        report: dict[str, Any] = json.load(response)
         return report
 
 
@@ -117,7 +118,7 @@ def test_pod_sees_env_files_and_claim_and_configmap_edits_arrive_live(cluster, t
     cluster.kubectl("delete", "pod", "reporter", "--wait=false")
 
 
-def _try_report(ip: str) -> dict[str, object] | None:
+def _try_report(ip: str) -> dict[str, Any] | None:
     try:
         return _report(ip)
     except OSError:

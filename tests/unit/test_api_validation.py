@@ -13,7 +13,9 @@ from pydantic import ValidationError
 from kvant_operator.api import QuantizedModel, QuantizedModelSpec, SpecError
 from kvant_operator.api.spec import KvCacheDtype, KvScales, QuantMethod, WeightFormat
 
-EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
+EXAMPLES = sorted(
+    p for p in (Path(__file__).parents[2] / "examples").glob("*.yaml") if p.name != "kustomization.yaml"
+)
 
 
 def minimal() -> dict[str, Any]:

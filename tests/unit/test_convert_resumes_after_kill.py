@@ -5,13 +5,14 @@ import os
 import signal
 import subprocess
 import time
+from typing import Any
 
 from kvant_runtime.convert.staging import MANIFEST_FILE, MARKER_SUFFIX, STAGING_DIR
 from tests.tiny_checkpoints import tiny_checkpoint
 from tests.unit.convert_harness import convert, kvant, kvant_command
 
 # Big enough that the later shards are still being written when the first marker appears.
-BIG = {"shards": 6, "hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 4}
+BIG: dict[str, Any] = {"shards": 6, "hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 4}
 
 
 def kill_after_first_marker(source, output) -> None:

@@ -20,7 +20,7 @@ WAIT_SECONDS = 60.0
 def _wait_http(url: str, proc: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + WAIT_SECONDS
     while time.monotonic() < deadline:
-        assert proc.poll() is None, f"{proc.args} exited early: {proc.communicate()}"
+        assert proc.poll() is None, f"{proc.args!r} exited early: {proc.communicate()!r}"
         try:
             with urllib.request.urlopen(url, timeout=5):
                 return

@@ -65,7 +65,7 @@ def save_tiny(config_class: str, overrides: dict[str, Any], folder: Path) -> Pat
     """A real checkpoint: transformers builds the model and writes it as SGLang would load it."""
     config = getattr(transformers, config_class)(**overrides, tie_word_embeddings=False)
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
+    model = transformers.AutoModelForCausalLM.from_config(config)
     model = model.to(torch.bfloat16)
     model.save_pretrained(folder)
     return folder

@@ -42,6 +42,11 @@ class LocalCluster:
     def kubeconfig(self) -> Path:
         return self.control_plane.kubeconfig
 
+    @property
+    def prometheus_targets(self) -> Path:
+        """Where the node agent lists scrape targets for Prometheus's file-based discovery."""
+        return self.workdir / "prometheus-targets.json"
+
     def start_core(self) -> None:
         self.control_plane.start_core()
 
@@ -60,6 +65,7 @@ class LocalCluster:
             f"--nodes={self.nodes}",
             f"--gpus-per-node={self.gpus_per_node}",
             f"--kubelet-version={pinned_versions()['KUBE_VERSION']}",
+            f"--prometheus-targets={self.prometheus_targets}",
         ]
         if self.tied_to_parent:
             argv.append("--tie-pods")

@@ -73,7 +73,10 @@ class LoadShape:
 
 async def run_load(base_url: str, shape: LoadShape) -> LoadResult:
     # Prompts are counted at 4 bytes per token by the gate and the simulator alike (kvant_runtime.tokens).
-    body = {"text": "x" * (4 * shape.prompt_tokens), "sampling_params": {"max_new_tokens": shape.new_tokens}}
+    body: dict[str, object] = {
+        "text": "x" * (4 * shape.prompt_tokens),
+        "sampling_params": {"max_new_tokens": shape.new_tokens},
+    }
     result = LoadResult(shape.seconds, shape.slo_seconds)
     deadline = time.monotonic() + shape.seconds
     connector = aiohttp.TCPConnector(limit=shape.clients)

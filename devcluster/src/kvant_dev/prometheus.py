@@ -22,20 +22,16 @@ def static_job(name: str, targets: list[str], metrics_path: str = "/metrics") ->
     return {"job_name": name, "metrics_path": metrics_path, "static_configs": [{"targets": targets}]}
 
 
-def pod_discovery_job(kubeconfig: Path) -> Obj:
-    """Scrapes every container port named `*metrics` of pods annotated prometheus.io/scrape=true."""
-    meta = "__meta_kubernetes_pod_"
+def pod_discovery_job(targets_file: Path) -> Obj:
+    """Scrapes the pods the node agent lists in `targets_file` (file-based discovery).
+
+    Debian's Prometheus is built without Kubernetes discovery, so the node agent, which knows every
+    pod it runs, writes the targets: ports named `*metrics` of pods annotated prometheus.io/scrape=true,
+    labelled with namespace, pod, container and the pod's own labels.
+    """
     return {
         "job_name": "kubernetes-pods",
-        "kubernetes_sd_configs": [{"role": "pod", "kubeconfig_file": str(kubeconfig)}],
-        "relabel_configs": [
-            {"source_labels": [f"{meta}annotation_prometheus_io_scrape"], "action": "keep", "regex": "true"},
-            {"source_labels": [f"{meta}container_port_name"], "action": "keep", "regex": ".*metrics"},
-            {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
-            {"source_labels": [f"{meta}name"], "target_label": "pod"},
-            {"source_labels": [f"{meta}container_name"], "target_label": "container"},
-            {"action": "labelmap", "regex": f"{meta}label_(.+)"},
-        ],
+        "file_sd_configs": [{"files": [str(targets_file)], "refresh_interval": "1s"}],
     }
 
 

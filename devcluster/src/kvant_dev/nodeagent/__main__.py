@@ -23,6 +23,7 @@ def main() -> None:
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--kubelet-version", default="v0.0.0")
     parser.add_argument("--tie-pods", action="store_true", help="pods die with the agent (tests)")
+    parser.add_argument("--prometheus-targets", type=Path, help="write Prometheus file_sd targets here")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     api = kube_config.new_client_from_config(str(args.kubeconfig))
@@ -38,6 +39,7 @@ def main() -> None:
             gpus_per_node=args.gpus_per_node,
             kubelet_version=args.kubelet_version,
             tied_to_parent=args.tie_pods,
+            prometheus_targets=args.prometheus_targets,
         ),
     )
 

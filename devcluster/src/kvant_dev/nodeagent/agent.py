@@ -20,6 +20,7 @@ from kvant_dev.nodeagent.informer import Informer
 from kvant_dev.nodeagent.logserver import serve_logs
 from kvant_dev.nodeagent.node import NodeHeartbeat, NodeSpec
 from kvant_dev.nodeagent.podrunner import PodContext, PodRunner
+from kvant_dev.nodeagent.scrape_targets import write_targets
 
 Obj = dict[str, Any]
 log = logging.getLogger("kvant.nodeagent")
@@ -36,6 +37,7 @@ class AgentConfig:
     gpus_per_node: int = 8
     kubelet_version: str = "v0.0.0"
     tied_to_parent: bool = False
+    prometheus_targets: Path | None = None
 
 
 class NodeAgent:
@@ -112,6 +114,8 @@ class NodeAgent:
         last_lease = last_status = time.monotonic()
         while not self._stop.wait(_TICK):
             self._sync_pods()
+            if self.config.prometheus_targets is not None:
+                write_targets(self.config.prometheus_targets, list(self.runners.values()))
             now = time.monotonic()
             if now - last_lease > _LEASE_EVERY:
                 self._heartbeat(lambda hb: hb.renew_lease())
