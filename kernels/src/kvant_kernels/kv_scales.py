@@ -15,6 +15,7 @@ does.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -70,6 +71,6 @@ class LayerAbsmax:
 
 def _absmax(x: torch.Tensor) -> float:
     value = float(x.detach().abs().amax().float())
-    if value != value or value == float("inf"):  # nan or inf: the model itself is broken
+    if not math.isfinite(value):  # nan or inf: the model itself is broken
         raise ValueError(f"KV values are not finite (absmax {value}); the checkpoint's weights are broken")
     return value

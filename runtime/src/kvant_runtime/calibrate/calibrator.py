@@ -1,0 +1,146 @@
+"""Calibration: run the samples through the artifact layer by layer, derive per-layer FP8 KV scales,
+and publish them in the artifact under the names SGLang's loader reads."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kvant_kernels.kv_scales import KV_CACHE_SCHEME, SAFETY_MARGIN, LayerAbsmax, kv_cache_scale
+from kvant_runtime.calibrate import artifact
+from kvant_runtime.calibrate.checkpoint import read_json
+from kvant_runtime.calibrate.data import TokenWindows, token_windows
+from kvant_runtime.calibrate.errors import ModelInputError
+from kvant_runtime.calibrate.kv_layout import KVLayout, kv_layout
+from kvant_runtime.calibrate.kv_tap import KVTap
+from kvant_runtime.calibrate.stream import LayerStream
+
+CALIBRATION_DATA = "kvant_runtime.calibrate"
+
+
+@dataclass(frozen=True)
+class Options:
+    samples: int = 128
+    sequence_length: int = 2048
+    data: Path | None = None
+    device: str = "cpu"
+
+
+def measure_kv_absmax(
+    directory: Path,
+    windows: TokenWindows,
+    layout: KVLayout,
+    device: torch.device,
+    on_layer: Callable[[int, LayerAbsmax], None] | None = None,
+) -> LayerAbsmax:
+    """Per-layer absmax of what the KV cache stores, from a layer-streamed forward pass."""
+    stream = LayerStream(directory, device)
+    tap = KVTap(layout.kind)
+
+    def after_layer(index: int) -> None:
+        if on_layer is not None:
+            on_layer(index, tap.absmax)
+
+    try:
+        stream.run(windows.samples, tap, after_layer)
+    finally:
+        stream.close()
+    if (seen := tap.absmax.layers()) != list(range(layout.layers)):
+        raise ModelInputError(f"{directory}: the KV cache saw layers {seen}, expected 0..{layout.layers - 1}")
+    return tap.absmax
+
+
+def scales_for(layout: KVLayout, absmax: LayerAbsmax) -> dict[str, float]:
+    scales: dict[str, float] = {}
+    for layer in range(layout.layers):
+        k_name, v_name = layout.scale_names(layer)
+        scales[k_name] = kv_cache_scale(absmax.k(layer))
+        scales[v_name] = kv_cache_scale(absmax.v(layer))
+    return scales
+
+
+def calibrate(directory: Path, options: Options, say: Callable[[str], None]) -> dict[str, Any]:
+    """Calibrates and publishes; returns the result (the JSON `kvant calibrate` prints)."""
+    started = time.monotonic()
+    device = resolve_device(options.device)
+    config = read_json(directory / artifact.CONFIG_FILE)
+    artifact.check_calibratable(config, directory)
+    layout = kv_layout(config)
+    windows = token_windows(
+        directory,
+        int(config.get("vocab_size", 0)),
+        options.data,
+        CALIBRATION_DATA,
+        samples=options.samples,
+        sequence_length=options.sequence_length,
+    )
+    unpublished = artifact.unpublish(directory)  # only once the input is known to be usable
+    say(
+        f"calibrating {layout.architecture} ({layout.kind.upper()} cache, {layout.layers} layers) on "
+        f"{len(windows.samples)} samples, {windows.tokens} tokens from {windows.source}, device {device}"
+    )
+
+    def report(layer: int, absmax: LayerAbsmax) -> None:
+        kv = f"K absmax {absmax.k(layer):.4g}, V absmax {absmax.v(layer):.4g}"
+        say(f"layer {layer + 1}/{layout.layers}: {kv}")
+
+    absmax = measure_kv_absmax(directory, windows, layout, device, report)
+    scales = scales_for(layout, absmax)
+    calibration = _calibration_record(options, windows, layout)
+    manifest = artifact.publish(unpublished, scales, calibration)
+    say(f"published {directory} ({manifest['digest']}, was {unpublished.previous['digest']})")
+    return {
+        "artifact": str(directory),
+        "digest": manifest["digest"],
+        "previousDigest": unpublished.previous["digest"],
+        **calibration,
+        "layers": [_layer_result(layout, absmax, scales, layer) for layer in range(layout.layers)],
+        "seconds": round(time.monotonic() - started, 2),
+    }
+
+
+def resolve_device(name: str) -> torch.device:
+    if name not in ("cpu", "cuda"):
+        raise ModelInputError(f"--device {name!r}: valid values are cpu, cuda")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ModelInputError("--device cuda: no CUDA device is visible to this process")
+    return torch.device(name)
+
+
+def _calibration_record(options: Options, windows: TokenWindows, layout: KVLayout) -> dict[str, Any]:
+    """What the manifest records about how the scales were made."""
+    digest = hashlib.sha256()
+    for sample in windows.samples:
+        digest.update(sample.numpy().astype("<i8").tobytes())
+    return {
+        "scales": "calibrate",
+        "kvCacheScheme": dict(KV_CACHE_SCHEME),
+        "architecture": layout.architecture,
+        "cache": layout.kind,
+        "samples": len(windows.samples),
+        "sequenceLength": options.sequence_length,
+        "tokens": windows.tokens,
+        "data": windows.source,
+        "tokenizer": windows.tokenizer,
+        "tokensSha256": digest.hexdigest(),
+        "safetyMargin": SAFETY_MARGIN,
+    }
+
+
+def _layer_result(
+    layout: KVLayout, absmax: LayerAbsmax, scales: dict[str, float], layer: int
+) -> dict[str, Any]:
+    k_name, v_name = layout.scale_names(layer)
+    return {
+        "layer": layer,
+        "kAbsmax": absmax.k(layer),
+        "vAbsmax": absmax.v(layer),
+        "kScale": scales[k_name],
+        "vScale": scales[v_name],
+    }

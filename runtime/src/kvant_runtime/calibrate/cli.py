@@ -1,0 +1,63 @@
+"""`kvant calibrate`: the command line the operator's calibration Job runs too."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from kvant_runtime.calibrate.job_output import emit_result, fail, say
+
+_DESCRIPTION = """\
+Calibrate per-layer FP8 (e4m3) KV-cache scales for a Kvant artifact and write them into it under the
+tensor names SGLang's loader reads, with a static per-tensor kv_cache_scheme in config.json. The model
+runs one decoder layer at a time (memory: one layer plus activations). The artifact is unpublished
+(no kvant-manifest.json) until calibration succeeds, then published under a new digest; rerun after
+a failure. The result is printed as one JSON line, last on stdout. Exit codes: 0 ok, 2 bad input,
+3 internal error.
+"""
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "calibrate", help="calibrate FP8 KV-cache scales into an artifact", description=_DESCRIPTION
+    )
+    parser.add_argument("artifact", type=Path, metavar="ARTIFACT_DIR")
+    parser.add_argument("--samples", type=int, default=128, help="at most this many samples (default 128)")
+    parser.add_argument("--sequence-length", type=int, default=2048, help="tokens per sample (default 2048)")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        metavar="PATH",
+        help="calibration text: a UTF-8 file or a folder of *.txt files (default: the built-in set)",
+    )
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    parser.add_argument("--result", type=Path, metavar="FILE", help="also write the JSON result to FILE")
+    parser.add_argument("--debug", action="store_true", help="show Python tracebacks")
+    parser.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from kvant_runtime.calibrate.calibrator import Options, calibrate  # noqa: PLC0415 - registrar stays light
+    from kvant_runtime.calibrate.errors import ModelInputError  # noqa: PLC0415
+    from kvant_runtime.convert.errors import ConvertError  # noqa: PLC0415
+
+    options = Options(args.samples, args.sequence_length, args.data, args.device)
+    try:
+        result = calibrate(args.artifact, options, lambda message: say("calibrate", message))
+    except (ModelInputError, ConvertError) as err:
+        return fail("calibrate", _with_state(str(err), args.artifact), err, args.debug, True)
+    except KeyboardInterrupt:
+        return fail("calibrate", _with_state("interrupted", args.artifact), None, args.debug, True)
+    except Exception as err:  # an unexpected failure: still one line unless --debug
+        message = _with_state(f"internal error: {type(err).__name__}: {err}", args.artifact)
+        return fail("calibrate", message, err, args.debug, False)
+    emit_result(result, args.result)
+    return 0
+
+
+def _with_state(message: str, artifact: Path) -> str:
+    from kvant_runtime.calibrate.artifact import left_unpublished  # noqa: PLC0415
+
+    if left_unpublished(artifact):
+        return f"{message}; {artifact} stays unpublished until `kvant calibrate` succeeds (rerun it)"
+    return message

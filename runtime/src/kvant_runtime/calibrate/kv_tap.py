@@ -1,0 +1,41 @@
+"""A stand-in for transformers' KV cache that sees exactly what SGLang's cache would store.
+
+A decoder layer's attention hands its cache `update(first, second, layer_idx)` and attends over
+what comes back. For GQA the pair is the post-RoPE K and V; for MLA (DeepSeek-V3 in transformers 5)
+it is the latent itself, the normalised compressed KV and the roped k_pe, the same row SGLang keeps.
+The tap records their absmax per layer and, given scales, returns them as an e4m3 cache would give
+them back, so attention runs on quantize-dequantized K/V.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from kvant_kernels.kv_scales import LayerAbsmax, fake_quantize_kv
+from kvant_runtime.calibrate.kv_layout import CacheKind
+
+
+class KVTap:
+    def __init__(self, kind: CacheKind, scales: Mapping[int, tuple[float, float]] | None = None) -> None:
+        self.kind = kind
+        self.scales = scales
+        self.absmax = LayerAbsmax()
+
+    def update(
+        self, first: torch.Tensor, second: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.kind == "mla":
+            # One latent row [compressed KV | k_pe] per token: K and V are the same tensor.
+            self.absmax.observe(layer_idx, first, first)
+            self.absmax.observe(layer_idx, second, second)
+        else:
+            self.absmax.observe(layer_idx, first, second)
+        if self.scales is None:
+            return first, second
+        k_scale, v_scale = self.scales[layer_idx]
+        if self.kind == "mla":
+            v_scale = k_scale  # SGLang's attn_mqa reads the whole latent row with k_scale
+        return fake_quantize_kv(first, k_scale), fake_quantize_kv(second, v_scale)

@@ -1,0 +1,1 @@
+"""`kvant eval`: the accuracy gate, a candidate's next-token distributions against a reference's."""
