@@ -1,4 +1,4 @@
-"""apply → plan → INT4 conversion Job → serving pods (simulator + gate) → Ready, then traffic flows."""
+"""apply → plan → INT4 conversion → FP8 KV-scale calibration → serving (simulator + gate) → Ready."""
 
 from __future__ import annotations
 
@@ -6,30 +6,33 @@ import json
 import urllib.request
 
 import pytest
-from tests.kube_wait import wait_for
 
-from e2e.qm import get_qm, is_true, serving_pods
+from e2e.qm import apply, get_qm, is_true, serving_pods, wait_ready
+from tests.kube_wait import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
 
-def test_apply_converts_and_serves_ready(cluster, operator, namespace, tiny_model):
-    manifest = tiny_model(kvCache={"dtype": "fp8_e4m3", "scales": "unit"})
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(manifest))
-
+def test_apply_converts_calibrates_and_serves_ready(cluster, operator, namespace, tiny_model, tmp_path):
+    apply(cluster, namespace, tiny_model())  # examples/tiny.yaml as shipped: INT4 g32, FP8 KV, calibrated
     wait_for(
         lambda: is_true(get_qm(cluster, namespace, "tiny"), "Converted"),
         180,
         f"Converted=True; operator log:\n{operator.log_tail()}",
     )
-    cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "qm/tiny", "--timeout=180s")
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "qm/tiny", "--timeout=240s")
+    qm = wait_ready(cluster, namespace, "tiny")
 
-    qm = get_qm(cluster, namespace, "tiny")
     status = qm["status"]
-    assert status["phase"] == "Ready"
-    assert status["observedGeneration"] == qm["metadata"]["generation"]
+    assert is_true(qm, "Calibrated") and is_true(qm, "Validated")
     assert status["artifact"]["digest"].startswith("sha256:")
-    assert status["plan"]["kvTokensPerReplica"] > 0
+    assert status["plan"]["kvCacheDtype"] == "fp8_e4m3" and status["plan"]["kvTokensPerReplica"] > 0
+    artifact = tmp_path / "artifacts" / status["artifact"]["uri"].rsplit("/", 1)[-1]
+    config = json.loads((artifact / "config.json").read_text())
+    assert config["quantization_config"]["format"] == "pack-quantized"
+    assert config["quantization_config"]["kv_cache_scheme"]["type"] == "float"
+    manifest = json.loads((artifact / "kvant-manifest.json").read_text())
+    assert manifest["digest"] == status["artifact"]["digest"], "status names the calibrated (final) artifact"
 
     pod = serving_pods(cluster, namespace, "tiny")[0]
     engine_args = next(c for c in pod.spec.containers if c.name == "engine").args

@@ -99,6 +99,8 @@ def calibrate(directory: Path, options: Options, say: Callable[[str], None]) -> 
         "artifact": str(directory),
         "digest": manifest["digest"],
         "previousDigest": unpublished.previous["digest"],
+        "bytes": manifest["bytes"],
+        "sourceBytes": manifest.get("sourceBytes", 0),
         **calibration,
         "layers": [_layer_result(layout, absmax, scales, layer) for layer in range(layout.layers)],
         "seconds": round(time.monotonic() - started, 2),

@@ -1,0 +1,20 @@
+# The Kvant runtime: SGLang plus Kvant's cli, kernels and runtime packages. It runs the converter,
+# calibrator, evaluator, SGLang launcher, gate and simulator (`kvant convert|launch|gate|sim …`).
+# Build from the repository root:
+#   docker build -f images/runtime.Dockerfile -t ghcr.io/kvant-dev/kvant-runtime:0.1.0 .
+# The repository name (kvant-runtime) is the key the local node agent and the chart use.
+
+FROM lmsysorg/sglang:v0.5.23-cu129
+ENV PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /opt/kvant
+COPY cli/ cli/
+COPY kernels/ kernels/
+COPY runtime/ runtime/
+# --no-deps: SGLang's image already carries torch, transformers, safetensors, compressed-tensors,
+# aiohttp, numpy and prometheus-client built for its CUDA; reinstalling them would replace its torch.
+# The import check fails the build if one of them is missing.
+RUN pip install --no-cache-dir --no-deps ./cli ./kernels ./runtime \
+    && python -c "import kvant_runtime.commands, kvant_kernels, compressed_tensors, safetensors, aiohttp, yaml, prometheus_client" \
+    && kvant --help > /dev/null
+ENTRYPOINT ["kvant"]

@@ -1,0 +1,128 @@
+"""The chart's ServiceAccount, impersonated with `kubectl auth can-i` against the real RBAC authorizer:
+it may do what the operator does, and cannot read Secrets, write CRDs, grant itself more, or touch
+namespaces the values exclude."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.helm_chart import CHART, render
+
+pytestmark = pytest.mark.cluster
+
+RBAC_KINDS = {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
+RELEASE_NAMESPACE, WATCHED, EXCLUDED = "kvant-rbac", "rbac-watched", "rbac-excluded"
+OPERATOR_CAN = [  # (verb, resource): every call in kvant_operator/kube.py and kopf's own
+    ("list", "quantizedmodels.kvant.dev"),
+    ("watch", "quantizedmodels.kvant.dev"),
+    ("patch", "quantizedmodels.kvant.dev/status"),
+    ("create", "jobs.batch"),
+    ("delete", "jobs.batch"),
+    ("patch", "deployments.apps"),
+    ("create", "services"),
+    ("patch", "poddisruptionbudgets.policy"),
+    ("create", "configmaps"),
+    ("list", "pods"),
+    ("get", "pods/log"),
+    ("create", "events"),
+]
+
+
+class Account:
+    def __init__(self, cluster: Any, release: str) -> None:
+        self.cluster = cluster
+        self.user = f"system:serviceaccount:{RELEASE_NAMESPACE}:{release}-kvant"
+
+    def can(self, verb: str, resource: str, namespace: str | None = None, name: str = "") -> bool:
+        resource, _, subresource = resource.partition("/")
+        args = ["auth", "can-i", verb, f"{resource}/{name}" if name else resource, f"--as={self.user}"]
+        args += [f"--subresource={subresource}"] if subresource else []
+        args += [f"--namespace={namespace}"] if namespace else ["--all-namespaces"]
+        result = self.cluster.kubectl(*args, check=False)
+        assert result.returncode in (0, 1), result.stderr
+        return bool(result.returncode == 0)
+
+
+def _install(cluster: Any, release: str, values: dict[str, Any]) -> list[dict[str, Any]]:
+    """Applies the chart's ServiceAccount and RBAC objects only: nothing here may run an operator."""
+    objects = [
+        o for o in render(values, release=release, namespace=RELEASE_NAMESPACE) if o["kind"] in RBAC_KINDS
+    ]
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(objects))
+    return objects
+
+
+@pytest.fixture(scope="module")
+def cluster_ready(apiserver: Any) -> Iterator[Any]:
+    apiserver.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
+    for namespace in (RELEASE_NAMESPACE, WATCHED, EXCLUDED):
+        manifest = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+        apiserver.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(manifest))
+    installed: list[dict[str, Any]] = []
+    yield apiserver, installed
+    cluster_scoped = [o for o in installed if o["kind"].startswith("Cluster")]
+    if cluster_scoped:
+        apiserver.kubectl("delete", "-f", "-", "--wait=false", input=yaml.safe_dump_all(cluster_scoped))
+    for namespace in (RELEASE_NAMESPACE, WATCHED, EXCLUDED):
+        apiserver.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+@pytest.fixture(scope="module")
+def namespaced(cluster_ready: Any) -> Account:
+    cluster, installed = cluster_ready
+    installed += _install(cluster, "rbac-ns", {"watchNamespaces": [WATCHED]})
+    return Account(cluster, "rbac-ns")
+
+
+@pytest.fixture(scope="module")
+def clusterwide(cluster_ready: Any) -> Account:
+    cluster, installed = cluster_ready
+    installed += _install(cluster, "rbac-cw", {})
+    return Account(cluster, "rbac-cw")
+
+
+@pytest.mark.parametrize(("verb", "resource"), OPERATOR_CAN)
+def test_operator_may_do_its_work_in_watched_namespace(namespaced: Account, verb: str, resource: str):
+    assert namespaced.can(verb, resource, WATCHED)
+
+
+@pytest.mark.parametrize(("verb", "resource"), OPERATOR_CAN)
+def test_excluded_namespace_is_untouchable(namespaced: Account, verb: str, resource: str):
+    assert not namespaced.can(verb, resource, EXCLUDED)
+
+
+@pytest.mark.parametrize("account", ["namespaced", "clusterwide"])
+@pytest.mark.parametrize("verb", ["get", "list", "watch"])
+def test_cannot_read_secrets(request: pytest.FixtureRequest, account: str, verb: str):
+    sa: Account = request.getfixturevalue(account)
+    for namespace in (WATCHED, EXCLUDED, RELEASE_NAMESPACE, "kube-system"):
+        assert not sa.can(verb, "secrets", namespace), f"{verb} secrets in {namespace}"
+    assert not sa.can(verb, "secrets")
+
+
+@pytest.mark.parametrize("account", ["namespaced", "clusterwide"])
+@pytest.mark.parametrize("verb", ["create", "update", "patch", "delete"])
+def test_cannot_write_crds(request: pytest.FixtureRequest, account: str, verb: str):
+    sa: Account = request.getfixturevalue(account)
+    assert not sa.can(verb, "customresourcedefinitions.apiextensions.k8s.io")
+
+
+@pytest.mark.parametrize("account", ["namespaced", "clusterwide"])
+def test_cannot_grant_itself_more(request: pytest.FixtureRequest, account: str):
+    sa: Account = request.getfixturevalue(account)
+    for resource in ("roles.rbac.authorization.k8s.io", "rolebindings.rbac.authorization.k8s.io"):
+        assert not sa.can("create", resource, WATCHED)
+    assert not sa.can("create", "clusterrolebindings.rbac.authorization.k8s.io")
+    assert not sa.can("impersonate", "serviceaccounts", WATCHED)
+    assert not sa.can("create", "pods", WATCHED)  # Jobs and Deployments make pods, the operator never does
+
+
+def test_clusterwide_account_patches_only_its_own_peering(clusterwide: Account):
+    assert clusterwide.can("patch", "clusterkopfpeerings.kopf.dev", name="rbac-cw-kvant")
+    assert not clusterwide.can("patch", "clusterkopfpeerings.kopf.dev", name="someone-else")
+    assert clusterwide.can("create", "jobs.batch", EXCLUDED)  # all namespaces is what cluster-wide means

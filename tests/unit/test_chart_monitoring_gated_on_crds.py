@@ -1,0 +1,32 @@
+"""ServiceMonitor/PodMonitor render only where monitoring.coreos.com/v1 is served."""
+
+from __future__ import annotations
+
+from tests.helm_chart import of_kind, one, render
+
+MONITORING = ["monitoring.coreos.com/v1"]
+
+
+def test_no_monitors_without_the_prometheus_operator_api():
+    objects = render()
+    assert not of_kind(objects, "ServiceMonitor")
+    assert not of_kind(objects, "PodMonitor")
+
+
+def test_monitors_scrape_the_operator_service_and_model_pods():
+    objects = render({"watchNamespaces": ["team-a"]}, api_versions=MONITORING)
+    service = one(objects, "Service")
+    monitor = one(objects, "ServiceMonitor")
+    assert monitor["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+    assert [e["port"] for e in monitor["spec"]["endpoints"]] == [p["name"] for p in service["spec"]["ports"]]
+    pods = one(objects, "PodMonitor")
+    assert pods["spec"]["namespaceSelector"] == {"matchNames": ["team-a"]}
+    assert pods["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "serving"
+    assert {e["port"] for e in pods["spec"]["podMetricsEndpoints"]} == {"gate-metrics", "engine-metrics"}
+
+
+def test_monitors_can_be_switched_off():
+    values = {"metrics": {"serviceMonitor": {"enabled": False}, "modelPodMonitor": {"enabled": False}}}
+    objects = render(values, api_versions=MONITORING)
+    assert not of_kind(objects, "ServiceMonitor")
+    assert not of_kind(objects, "PodMonitor")
