@@ -6,27 +6,19 @@ from pathlib import Path
 
 from kvant_operator.api.spec import KvCacheDtype, WeightFormat
 from kvant_operator.planner.checkpoint import load_checkpoint
-from kvant_operator.planner.plan import PlanRequest, make_plan
+from kvant_operator.planner.plan import PlanRequest
+from kvant_operator.planner.sizing import gpu_memory_for_tokens as _solve
 
 MEM_FRACTION = 0.9
 
 
 def gpu_memory_for_tokens(checkpoint: Path, tokens: int, kv_dtype: KvCacheDtype = KvCacheDtype.BF16) -> float:
-    """The smallest GPU size (GiB, to 1e-6) whose plan holds at least `tokens` KV tokens per replica."""
-    loaded = load_checkpoint(checkpoint)
-
-    def capacity(gib: float) -> int:
-        request = PlanRequest(
-            gpu_memory_gib=gib,
-            kv_cache_dtype=kv_dtype,
-            weights_format=WeightFormat.INT4,
-            group_size=32,
-            mem_fraction_static=MEM_FRACTION,
-        )
-        return make_plan(loaded, request).kv_tokens_per_replica
-
-    low, high = 1.0, 4.0
-    while high - low > 1e-6:
-        mid = (low + high) / 2
-        low, high = (mid, high) if capacity(mid) < tokens else (low, mid)
-    return round(high, 6)
+    """GPU GiB for `tokens` KV tokens with the e2e tiny model's serving shape (INT4 g32, mfs 0.9)."""
+    request = PlanRequest(
+        gpu_memory_gib=1.0,
+        kv_cache_dtype=kv_dtype,
+        weights_format=WeightFormat.INT4,
+        group_size=32,
+        mem_fraction_static=MEM_FRACTION,
+    )
+    return _solve(load_checkpoint(checkpoint), tokens, request)

@@ -6,9 +6,9 @@ import json
 import urllib.request
 
 import pytest
+from tests.kube_wait import wait_for
 
 from e2e.qm import apply, get_qm, is_true, serving_pods, wait_ready
-from tests.kube_wait import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 

@@ -5,26 +5,17 @@ Goodput is output tokens/s of requests completed within the latency SLO (kvant_d
 
 from __future__ import annotations
 
-import urllib.request
-
 import pytest
 
 from e2e.capacity import MEM_FRACTION, gpu_memory_for_tokens
 from e2e.qm import apply, serving_pods, wait_ready
-from kvant_dev.loadgen import LoadShape, generate_load
+from kvant_dev.loadgen import LoadShape, engine_retractions, generate_load
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
 KV_TOKENS = 4096
 # 40 clients x (400 prompt + 200 new) tokens = 24K tokens of demand on 4K of KV cache.
 LOAD = LoadShape(clients=40, seconds=15, prompt_tokens=400, new_tokens=200, slo_seconds=8)
-
-
-def _retractions(pod_ip: str) -> float:
-    with urllib.request.urlopen(f"http://{pod_ip}:30000/metrics", timeout=5) as response:
-        text = response.read().decode()
-    lines = [x for x in text.splitlines() if x.startswith("sglang:num_retracted_requests_total{")]
-    return sum(float(x.rsplit(" ", 1)[1]) for x in lines)  # absent until the first retraction
 
 
 def _serve(cluster, namespace, tiny_model, gpu_gib: float, mode: str) -> str:
@@ -56,9 +47,9 @@ def test_enforce_keeps_the_cache_and_goodput_under_overload(
     results = {}
     for mode in ("off", "enforce"):
         pod_ip = _serve(cluster, namespace, tiny_model, gpu_gib, mode)
-        before = _retractions(pod_ip)
+        before = engine_retractions(f"http://{pod_ip}:30000")
         load = generate_load(f"http://{pod_ip}:8000", LOAD)
-        results[mode] = (load, _retractions(pod_ip) - before)
+        results[mode] = (load, engine_retractions(f"http://{pod_ip}:30000") - before)
 
     (off, off_retractions), (enforce, enforce_retractions) = results["off"], results["enforce"]
     summary = {

@@ -3,14 +3,12 @@ CacheProtected, and each pod's gate keeps the cache safe on its own."""
 
 from __future__ import annotations
 
-import urllib.request
-
 import pytest
 from tests.kube_wait import wait_for
 
 from e2e.capacity import MEM_FRACTION, gpu_memory_for_tokens
 from e2e.qm import apply, condition, get_qm, serving_pods, wait_ready
-from kvant_dev.loadgen import LoadShape, generate_load
+from kvant_dev.loadgen import LoadShape, engine_retractions, generate_load
 from kvant_dev.prometheus import Prometheus, pod_discovery_job
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
@@ -21,16 +19,6 @@ LOAD = LoadShape(clients=40, seconds=10, prompt_tokens=400, new_tokens=200, slo_
 def _cache_protected(cluster, namespace: str, status: str) -> dict[str, str] | None:
     found = condition(get_qm(cluster, namespace, "watched"), "CacheProtected")
     return found if found and found["status"] == status else None
-
-
-def _retractions(pod_ip: str) -> float:
-    with urllib.request.urlopen(f"http://{pod_ip}:30000/metrics", timeout=5) as response:
-        lines = [
-            x
-            for x in response.read().decode().splitlines()
-            if x.startswith("sglang:num_retracted_requests_total{")
-        ]
-    return sum(float(x.rsplit(" ", 1)[1]) for x in lines)
 
 
 def test_prometheus_loss_is_reported_and_gate_keeps_protecting(
@@ -75,7 +63,7 @@ def test_prometheus_loss_is_reported_and_gate_keeps_protecting(
     assert lost["reason"] == "MetricsUnavailable" and prometheus.url in lost["message"]
 
     pod_ip = serving_pods(cluster, namespace, "watched")[0].status.pod_ip
-    before = _retractions(pod_ip)
+    before = engine_retractions(f"http://{pod_ip}:30000")
     load = generate_load(f"http://{pod_ip}:8000", LOAD)
     assert load.statuses[429] > 0 and load.completed > 0
-    assert _retractions(pod_ip) - before <= 2, dict(load.statuses)
+    assert engine_retractions(f"http://{pod_ip}:30000") - before <= 2, dict(load.statuses)

@@ -1,18 +1,70 @@
 #!/usr/bin/env bash
-# The demo: a local cluster with a GPU node, left running for kubectl.
+# The demo: a local cluster with a GPU node, Kvant installed from its Helm chart, and
+# examples/tiny.yaml converted, calibrated and served by the simulator engine. Left running.
 set -euo pipefail
 VENV="$1"
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 export PATH="$VENV/bin:$PATH"
+MODEL_DIR=/var/lib/kvant/models/tiny-llama   # the path examples/tiny.yaml names
+ARTIFACTS=/var/lib/kvant/artifacts
+
 kvant dev down >/dev/null
 kvant dev up --prometheus
 eval "$(kvant dev env | grep '^export')"
 echo
-kubectl get nodes -L nvidia.com/gpu.product -o wide
+kubectl get nodes -L nvidia.com/gpu.product
+
+echo; echo "== installing Kvant from charts/kvant"
+helm upgrade --install kvant "$ROOT/charts/kvant" --namespace kvant-system --create-namespace --wait --timeout 5m \
+  --set replicas=1 >/dev/null
+kubectl -n kvant-system get pods -o wide
+
+echo; echo "== a tiny checkpoint and an artifact volume for namespace demo"
+[[ -f "$MODEL_DIR/config.json" ]] || kvant tiny-model "$MODEL_DIR" >/dev/null
+mkdir -p "$ARTIFACTS"
+kubectl apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Namespace
+metadata: {name: demo}
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: demo-artifacts}
+spec:
+  capacity: {storage: 10Gi}
+  accessModes: [ReadWriteMany]
+  storageClassName: kvant-local
+  hostPath: {path: $ARTIFACTS}
+  claimRef: {namespace: demo, name: kvant-artifacts}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: kvant-artifacts, namespace: demo}
+spec:
+  accessModes: [ReadWriteMany]
+  storageClassName: kvant-local
+  resources: {requests: {storage: 10Gi}}
+YAML
+
+echo; echo "== kubectl apply -n demo -f examples/tiny.yaml"
+kubectl apply -n demo -f "$ROOT/examples/tiny.yaml"
+last=""
+for _ in $(seq 1 180); do
+  line=$(kubectl get qm tiny -n demo -o jsonpath='{.status.phase}{"  "}{range .status.conditions[?(@.status=="False")]}{.type}: {.message}{"  "}{end}' 2>/dev/null | cut -c1-150)
+  [[ "$line" != "$last" ]] && { printf '  %s  %s\n' "$(date +%T)" "$line"; last="$line"; }
+  [[ "$line" == Ready* ]] && break
+  sleep 1
+done
 echo
-kubectl get node kvant-gpu-0 -o jsonpath='{.status.capacity}{"\n"}'
+kubectl get qm -n demo
+kubectl get pods -n demo -o wide
 cat <<MSG
 
-The local cluster stays up. Point kubectl at it with:
+The local cluster stays up. Try:
   eval "\$($VENV/bin/kvant dev env)"
+  kubectl get qm -n demo tiny -o yaml                      # plan, artifact, protection, conditions
+  kubectl patch qm tiny -n demo --type=merge -p '{"spec":{"limits":{"maxConcurrency":4}}}'
+  POD_IP=\$(kubectl get pod -n demo -l kvant.dev/model=tiny -o jsonpath='{.items[0].status.podIP}')
+  curl -s http://\$POD_IP:8000/generate -d '{"text":"hello","sampling_params":{"max_new_tokens":8}}'
 Stop it with: make demo-down
 MSG

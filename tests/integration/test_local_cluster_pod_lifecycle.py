@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kvant_dev.process import is_alive
 from tests.integration.workloads import pod, python_container
 from tests.kube_wait import wait_for
 
@@ -47,14 +47,6 @@ def _gone(core: client.CoreV1Api, name: str) -> bool:
     return False
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def _host_volume(path: Path) -> dict[str, object]:
     return {"name": "data", "hostPath": {"path": str(path), "type": "DirectoryOrCreate"}}
 
@@ -68,7 +60,7 @@ def test_deleting_a_pod_sends_sigterm_and_the_process_exits(cluster, tmp_path):
 
     cluster.kubectl("delete", "pod", "graceful", "--wait=false")
     wait_for(lambda: _gone(core, "graceful"), 40, "the pod object to be removed after its process stopped")
-    assert not _alive(pid)
+    assert not is_alive(pid)
     assert (tmp_path / "stopped-by-sigterm").read_text() == "bye", (
         "SIGTERM handler ran inside the mount namespace"
     )
@@ -82,7 +74,7 @@ def test_process_ignoring_sigterm_is_killed_after_the_grace_period(cluster):
 
     cluster.kubectl("delete", "pod", "stubborn", "--wait=false")
     wait_for(lambda: _gone(core, "stubborn"), 30, "the stubborn pod to be removed")
-    assert not _alive(pid)
+    assert not is_alive(pid)
 
 
 def test_foreign_image_is_refused_with_a_clear_reason(cluster):

@@ -6,12 +6,11 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 from pathlib import Path
 from typing import TypedDict
 
-from kvant_dev.process import stop_group
+from kvant_dev.process import is_alive, stop_group
 from kvant_dev.toolchain import Toolchain, cache_dir
 
 
@@ -101,7 +100,7 @@ def _status(args: argparse.Namespace) -> int:
         return 1
     healthy = True
     for name, pid in state["processes"].items():
-        alive = _alive(int(pid))
+        alive = is_alive(int(pid))
         healthy &= alive
         print(f"{name:24} pid {pid:<8} {'running' if alive else 'NOT RUNNING'}")
     print(f"logs: {state['logs']}")
@@ -135,11 +134,3 @@ def _load_state() -> ClusterState | None:
         return None
     state: ClusterState = json.loads(path.read_text())
     return state
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, signal.Signals(0))
-    except ProcessLookupError:
-        return False
-    return True

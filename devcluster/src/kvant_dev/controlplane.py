@@ -59,12 +59,7 @@ class ControlPlane:
             "kube-controller-manager",
             [
                 str(self.toolchain.kube_controller_manager),
-                f"--kubeconfig={self.kubeconfig}",
-                f"--authentication-kubeconfig={self.kubeconfig}",
-                f"--authorization-kubeconfig={self.kubeconfig}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={free_port()}",
-                "--leader-elect=false",
+                *self._component_flags(),
                 "--use-service-account-credentials=false",
                 f"--service-account-private-key-file={certs_dir / 'sa.key'}",
                 f"--root-ca-file={certs_dir / 'ca.crt'}",
@@ -79,16 +74,19 @@ class ControlPlane:
         )
         self._spawn(
             "kube-scheduler",
-            [
-                str(self.toolchain.kube_scheduler),
-                f"--kubeconfig={self.kubeconfig}",
-                f"--authentication-kubeconfig={self.kubeconfig}",
-                f"--authorization-kubeconfig={self.kubeconfig}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={free_port()}",
-                "--leader-elect=false",
-            ],
+            [str(self.toolchain.kube_scheduler), *self._component_flags()],
         )
+
+    def _component_flags(self) -> list[str]:
+        """What the controller-manager and the scheduler share: credentials, loopback serving, no election."""
+        return [
+            f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}",
+            f"--authorization-kubeconfig={self.kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={free_port()}",
+            "--leader-elect=false",
+        ]
 
     def stop(self) -> None:
         for name in reversed(list(self.processes)):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -90,3 +91,11 @@ async def run_load(base_url: str, shape: LoadShape) -> LoadResult:
 
 def generate_load(base_url: str, shape: LoadShape) -> LoadResult:
     return asyncio.run(run_load(base_url, shape))
+
+
+def engine_retractions(engine_url: str) -> float:
+    """sglang:num_retracted_requests_total summed over its series (absent until the first retraction)."""
+    with urllib.request.urlopen(f"{engine_url}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    prefix = "sglang:num_retracted_requests_total{"
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))

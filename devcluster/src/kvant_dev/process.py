@@ -65,7 +65,7 @@ def stop_group(pid: int, grace_seconds: float, wait: Callable[[float], int] | No
     code: int | None = None
     while time.monotonic() < deadline:
         code = _reap(pid, wait)
-        if code is not None or not _alive(pid):
+        if code is not None or not is_alive(pid):
             break
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
@@ -82,7 +82,7 @@ def _reap(pid: int, wait: Callable[[float], int] | None, block: bool = False) ->
         return None
 
 
-def _alive(pid: int) -> bool:
+def is_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import argparse
-import importlib
+from kvant_cli.modules import SubParsers, register_modules
 
 # One module per command family, each exposing `register(subparsers)`.
 _COMMAND_MODULES: tuple[str, ...] = (
@@ -14,6 +13,5 @@ _COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    for name in _COMMAND_MODULES:
-        importlib.import_module(name).register(subparsers)
+def register(subparsers: SubParsers) -> None:
+    register_modules(subparsers, _COMMAND_MODULES)

@@ -12,6 +12,7 @@ from typing import Any
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
+from kvant_operator import metrics
 from kvant_operator.api.resource import GROUP, PLURAL, VERSION
 from kvant_operator.render.meta import APPLIED_HASH
 
@@ -20,9 +21,21 @@ FIELD_MANAGER = "kvant"
 log = logging.getLogger("kvant.operator.kube")
 
 
+def _counted(api: client.ApiClient) -> client.ApiClient:
+    """Counts every request this client sends (typed and dynamic calls both go through call_api)."""
+    send = api.call_api
+
+    def call_api(resource_path: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        metrics.API_REQUESTS.labels(method).inc()
+        return send(resource_path, method, *args, **kwargs)
+
+    api.call_api = call_api
+    return api
+
+
 class Kube:
     def __init__(self, api: client.ApiClient) -> None:
-        self.api = api
+        self.api = _counted(api)
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self._dynamic = dynamic.DynamicClient(api)

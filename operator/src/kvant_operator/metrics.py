@@ -12,6 +12,11 @@ PENDING = Gauge(
     "kvant_operator_pending_reconciles", "Models woken by a change and waiting for their reconcile."
 )
 MODELS = Gauge("kvant_operator_models", "Managed QuantizedModels, by phase.", ["phase"])
+API_REQUESTS = Counter(
+    "kvant_operator_api_requests_total",
+    "Requests Kvant's own code sent to the API server, by HTTP method.",
+    ["method"],
+)
 PROTECTION_DECISIONS = Counter(
     "kvant_operator_protection_decisions_total",
     "Protection decisions that changed a limit, by direction.",

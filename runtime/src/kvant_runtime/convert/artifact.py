@@ -7,14 +7,15 @@ it depends only on the bytes of the artifact, never on how many workers made it 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
 from typing import Any
 
+from kvant_kernels.kv_scales import KV_CACHE_SCHEME
 from kvant_runtime.convert.recipe import Recipe
 from kvant_runtime.convert.source import INDEX_FILE, SINGLE_FILE, SourceCheckpoint
+from kvant_runtime.manifest import artifact_digest
 
 MANIFEST_VERSION = 1
 KV_SCALE_SUFFIXES = ("k_scale", "v_scale")
@@ -34,11 +35,7 @@ def quantization_config(recipe: Recipe, ignore: list[str], has_kv_scales: bool) 
         "actorder": None,
         "observer": "minmax",
     }
-    kv_cache_scheme = (
-        {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "tensor", "dynamic": False}
-        if has_kv_scales
-        else None
-    )
+    kv_cache_scheme = dict(KV_CACHE_SCHEME) if has_kv_scales else None
     return {
         "quant_method": "compressed-tensors",
         "format": "pack-quantized",
@@ -87,17 +84,9 @@ def copy_into(source: SourceCheckpoint, names: list[str], staging_dir: Path) -> 
         shutil.copyfile(source.directory / name, staging_dir / name)
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        while chunk := file.read(16 * 1024 * 1024):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def artifact_digest(files: dict[str, dict[str, Any]]) -> str:
-    lines = "".join(f"{files[name]['sha256']}  {name}\n" for name in sorted(files))
-    return "sha256:" + hashlib.sha256(lines.encode()).hexdigest()
+def files_digest(files: dict[str, dict[str, Any]]) -> str:
+    """The artifact digest of a manifest's `files` (the rule lives in kvant_runtime.manifest)."""
+    return artifact_digest({name: str(entry["sha256"]) for name, entry in files.items()})
 
 
 def manifest(
@@ -114,7 +103,7 @@ def manifest(
         "files": files,
         "bytes": sum(entry["bytes"] for entry in files.values()),
         "sourceBytes": sum(source.shard_bytes(shard) for shard in source.shards),
-        "digest": artifact_digest(files),
+        "digest": files_digest(files),
     }
 
 

@@ -22,6 +22,7 @@ from kvant_runtime.convert.safetensors_io import ShardReader
 from kvant_runtime.convert.shard import convert_shard, plan_shard, unquantized_linear_modules
 from kvant_runtime.convert.source import INDEX_FILE, SourceCheckpoint, open_source
 from kvant_runtime.convert.staging import Staging
+from kvant_runtime.manifest import file_sha256
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,7 @@ def finalize(job: Job, source: SourceCheckpoint, staging: Staging) -> dict[str, 
     files = {shard: {"sha256": marker["sha256"], "bytes": marker["bytes"]} for shard, marker in done.items()}
     for name in [*written, *copied]:
         path = staging.staged_path(name)
-        files[name] = {"sha256": artifact.file_sha256(path), "bytes": path.stat().st_size}
+        files[name] = {"sha256": file_sha256(path), "bytes": path.stat().st_size}
     manifest = artifact.manifest(job.recipe, source, job.revision, files)
     staging.publish(sorted(files), manifest)
     return manifest

@@ -1,0 +1,203 @@
+"""The operator at scale: N QuantizedModels with serving rendered but no pods (replicas: 0).
+
+Every model gets a status.plan up front (computed here with the planner, as the plan Job would),
+and bf16 weights + bf16 KV, so no conversion runs: the bench measures the operator itself.
+
+Reports: time from operator start until every model is Ready, the operator's peak RSS, API requests
+per minute while idle (the operator's own counter, kvant_operator_api_requests_total), and the
+latency from a `kubectl patch` of spec.limits to the limits ConfigMap's change.
+
+    python bench/operator/run.py [--models 200] [--idle-seconds 60] [--patches 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from kvant_dev.cluster import LocalCluster
+from kvant_dev.netutil import free_port, http_ok, wait_until
+from kvant_dev.process import ManagedProcess
+from kvant_operator.api.resource import QuantizedModel
+from kvant_operator.artifact import digest
+from kvant_operator.planner.checkpoint import load_checkpoint
+from kvant_operator.planner.plan import PlanRequest, make_plan
+from kvant_operator.render.jobs import plan_inputs
+
+REPO = Path(__file__).resolve().parents[2]
+NS = "bench"
+
+
+def manifest(name: str, checkpoint: Path) -> dict[str, Any]:
+    return {
+        "apiVersion": "kvant.dev/v1alpha1",
+        "kind": "QuantizedModel",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "source": {"uri": f"file://{checkpoint}"},
+            "weights": {"format": "bf16"},
+            "kvCache": {"dtype": "bf16"},
+            "serving": {
+                "engine": "simulator",
+                "replicas": 0,
+                "gpu": {"memoryGiB": 2},
+                "memFractionStatic": 0.9,
+            },
+        },
+    }
+
+
+def planned_status(body: dict[str, Any], checkpoint: Path) -> dict[str, Any]:
+    spec = QuantizedModel.model_validate(body).spec
+    plan = make_plan(load_checkpoint(checkpoint), PlanRequest.from_spec(spec)).to_status()
+    plan = plan.model_copy(update={"inputs": digest(plan_inputs(spec))})
+    return {"plan": plan.model_dump(mode="json", by_alias=True, exclude_none=True)}
+
+
+def operator_metric(port: int, name: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--models", type=int, default=200)
+    parser.add_argument("--idle-seconds", type=float, default=60)
+    parser.add_argument("--patches", type=int, default=20)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="kvant-bench-operator-"))
+    checkpoint = work / "tiny"
+    subprocess.run(
+        [sys.executable, "-m", "kvant_cli.main", "tiny-model", str(checkpoint)],
+        check=True,
+        capture_output=True,
+    )
+    cluster = LocalCluster(work / "cluster")
+    try:
+        cluster.start_core()
+        cluster.start_workloads()
+        cluster.kubectl("apply", "--server-side", "-f", str(REPO / "crds" / "quantizedmodels.kvant.dev.yaml"))
+        cluster.kubectl("wait", "--for=condition=Established", "crd/quantizedmodels.kvant.dev")
+        cluster.kubectl("create", "namespace", NS)
+        custom = client.CustomObjectsApi(cluster.api_client())
+        for i in range(args.models):
+            body = manifest(f"m{i:03d}", checkpoint)
+            custom.create_namespaced_custom_object("kvant.dev", "v1alpha1", NS, "quantizedmodels", body)
+            custom.patch_namespaced_custom_object_status(
+                "kvant.dev",
+                "v1alpha1",
+                NS,
+                "quantizedmodels",
+                body["metadata"]["name"],
+                {"status": planned_status(body, checkpoint)},
+            )
+        report = run_operator(cluster, custom, args, work)
+    finally:
+        cluster.stop()
+    print(json.dumps(report, indent=2))
+
+
+def run_operator(
+    cluster: LocalCluster, custom: client.CustomObjectsApi, args: argparse.Namespace, work: Path
+) -> dict[str, Any]:
+    metrics_port, health = free_port(), free_port()
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    started = time.monotonic()
+    operator = ManagedProcess(
+        "operator",
+        [
+            sys.executable,
+            "-m",
+            "kvant_cli.main",
+            "run",
+            "--liveness",
+            f"http://127.0.0.1:{health}/healthz",
+            "--metrics-host",
+            "127.0.0.1",
+            "--metrics-port",
+            str(metrics_port),
+        ],
+        work / "operator.log",
+        env=env,
+    )
+    try:
+        wait_until(lambda: http_ok(f"http://127.0.0.1:{health}/healthz"), 60, "operator")
+
+        def all_ready() -> bool:
+            items = custom.list_namespaced_custom_object("kvant.dev", "v1alpha1", NS, "quantizedmodels")[
+                "items"
+            ]
+            ready: int = sum((i.get("status") or {}).get("phase") == "Ready" for i in items)
+            return ready == args.models
+
+        wait_until(all_ready, 1800, "every model Ready", operator.log_tail)
+        reconciled = time.monotonic() - started
+        before = operator_metric(metrics_port, "kvant_operator_api_requests_total")
+        time.sleep(args.idle_seconds)
+        idle_rate = (
+            (operator_metric(metrics_port, "kvant_operator_api_requests_total") - before)
+            * 60
+            / args.idle_seconds
+        )
+        latencies = patch_latencies(cluster, args.patches)
+        return {
+            "models": args.models,
+            "secondsUntilAllReady": round(reconciled, 1),
+            "operatorPeakRssMiB": round(peak_rss_mib(operator.pid), 1),
+            "apiRequestsPerIdleMinute": round(idle_rate, 1),
+            "limitsPatchToConfigMapSeconds": {
+                "p50": round(statistics.median(latencies), 3),
+                "p99": round(max(latencies), 3),
+                "n": len(latencies),
+            },
+        }
+    finally:
+        operator.stop()
+
+
+def patch_latencies(cluster: LocalCluster, patches: int) -> list[float]:
+    core = client.CoreV1Api(cluster.api_client())
+    latencies = []
+    for i in range(patches):
+        name = f"m{i:03d}"
+        value = 40 + i
+        started = time.monotonic()
+        cluster.kubectl(
+            "patch",
+            "-n",
+            NS,
+            f"qm/{name}",
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"limits": {"maxConcurrency": value}}}),
+        )
+        while (
+            f"maxConcurrency: {value}"
+            not in core.read_namespaced_config_map(f"{name}-limits", NS).data["limits.yaml"]
+        ):
+            time.sleep(0.02)
+        latencies.append(time.monotonic() - started)
+    return latencies
+
+
+if __name__ == "__main__":
+    main()

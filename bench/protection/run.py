@@ -1,0 +1,162 @@
+"""Goodput, retractions and 429s with and without cache protection, at 1x, 2x and 4x load,
+for a BF16-KV plan and an FP8-KV plan of the same simulated GPU.
+
+Each cell runs `kvant sim` (capacity from `kvant plan` on a tiny generated checkpoint) behind
+`kvant gate` on loopback, with the limits file in mode `off` or `enforce`, under a closed-loop load
+of N clients (kvant_dev.loadgen). 1x load is the number of clients whose requests exactly fill the
+BF16 plan's KV cache. Goodput counts output tokens of requests that met the latency SLO.
+
+    python bench/protection/run.py [--seconds 12] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+
+from kvant_dev.loadgen import LoadResult, LoadShape, engine_retractions, generate_load
+from kvant_dev.netutil import free_port, http_ok, wait_until
+from kvant_operator.api.spec import KvCacheDtype, WeightFormat
+from kvant_operator.planner.checkpoint import load_checkpoint
+from kvant_operator.planner.plan import PlanRequest, make_plan
+from kvant_operator.planner.sizing import gpu_memory_for_tokens
+
+PROMPT, NEW, SLO = 400, 200, 8.0
+LIMITS = {
+    "maxConcurrency": 64,
+    "maxQueued": 8,
+    "queueTimeoutSeconds": 2,
+    "targetTokenUsage": 0.8,
+    "concurrency": {"min": 1, "max": 64},
+}
+
+
+def plan_capacities(checkpoint: Path, bf16_tokens: int) -> dict[str, int]:
+    """KV tokens of the BF16 and FP8 plans on the one simulated GPU sized for `bf16_tokens` in BF16."""
+    loaded = load_checkpoint(checkpoint)
+    request = PlanRequest(
+        gpu_memory_gib=1.0,
+        kv_cache_dtype=KvCacheDtype.BF16,
+        weights_format=WeightFormat.INT4,
+        group_size=32,
+        mem_fraction_static=0.9,
+    )
+    gib = gpu_memory_for_tokens(loaded, bf16_tokens, request)
+    return {
+        dtype.value: make_plan(
+            loaded, replace(request, gpu_memory_gib=gib, kv_cache_dtype=dtype)
+        ).kv_tokens_per_replica
+        for dtype in (KvCacheDtype.BF16, KvCacheDtype.FP8_E4M3)
+    }
+
+
+def run_cell(
+    workdir: Path, kv_tokens: int, mode: str, clients: int, seconds: float
+) -> tuple[LoadResult, float]:
+    engine, gate = free_port(), free_port()
+    limits = workdir / f"limits-{mode}.yaml"
+    limits.write_text(yaml.safe_dump({"mode": mode, **LIMITS}))
+    kvant = [sys.executable, "-m", "kvant_cli.main"]
+    procs = [
+        subprocess.Popen(
+            [
+                *kvant,
+                "sim",
+                "--port",
+                str(engine),
+                "--model-name",
+                "bench",
+                "--kv-tokens",
+                str(kv_tokens),
+                "--max-running-requests",
+                str(max(1, kv_tokens // 256)),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        ),
+        subprocess.Popen(
+            [
+                *kvant,
+                "gate",
+                "--listen",
+                f"127.0.0.1:{gate}",
+                "--upstream",
+                f"http://127.0.0.1:{engine}",
+                "--limits",
+                str(limits),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        ),
+    ]
+    try:
+        wait_until(lambda: http_ok(f"http://127.0.0.1:{gate}/health"), 60, "sim + gate")
+        time.sleep(2)  # let the gate's local loop see a healthy engine
+        before = engine_retractions(f"http://127.0.0.1:{engine}")
+        result = generate_load(f"http://127.0.0.1:{gate}", LoadShape(clients, seconds, PROMPT, NEW, SLO))
+        return result, engine_retractions(f"http://127.0.0.1:{engine}") - before
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=12.0)
+    parser.add_argument("--bf16-tokens", type=int, default=4096, help="KV capacity of the BF16 plan")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="kvant-bench-protection-"))
+    checkpoint = workdir / "tiny"
+    subprocess.run(
+        [sys.executable, "-m", "kvant_cli.main", "tiny-model", str(checkpoint)],
+        check=True,
+        capture_output=True,
+    )
+    capacity = plan_capacities(checkpoint, args.bf16_tokens)
+    one_x = max(1, capacity["bf16"] // (PROMPT + NEW))
+    rows = []
+    bf16, fp8 = capacity["bf16"], capacity["fp8_e4m3"]
+    print(f"KV capacity: bf16 {bf16} tokens, fp8 {fp8} tokens; 1x = {one_x} clients")
+    print(
+        f"{'KV':9} {'load':>4} {'mode':8} {'goodput tok/s':>13} {'retractions':>11} {'429 rate':>8} "
+        f"{'completed':>9} {'goodput on/off':>14}"
+    )
+    for dtype, tokens in capacity.items():
+        for factor in (1, 2, 4):
+            cell = {}
+            for mode in ("off", "enforce"):
+                result, retracted = run_cell(workdir, tokens, mode, one_x * factor, args.seconds)
+                answered = sum(result.statuses.values()) or 1
+                cell[mode] = {
+                    "goodput": result.goodput,
+                    "retractions": retracted,
+                    "rate429": result.statuses[429] / answered,
+                    "completed": result.completed,
+                }
+            ratio = (
+                cell["enforce"]["goodput"] / cell["off"]["goodput"]
+                if cell["off"]["goodput"]
+                else float("inf")
+            )
+            for mode, r in cell.items():
+                print(
+                    f"{dtype:9} {factor:>3}x {mode:8} {r['goodput']:13.0f} {r['retractions']:11.0f} "
+                    f"{r['rate429']:8.2f} {r['completed']:9d} {ratio if mode == 'enforce' else '':>14.4}"
+                )
+            rows.append({"kv": dtype, "load": factor, **{m: cell[m] for m in cell}, "ratio": ratio})
+    if args.json:
+        args.json.write_text(json.dumps({"capacity": capacity, "oneX": one_x, "rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
