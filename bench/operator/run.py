@@ -147,7 +147,7 @@ def run_operator(
                 "items"
             ]
             ready: int = sum((i.get("status") or {}).get("phase") == "Ready" for i in items)
-            return ready == args.models
+            return ready == int(args.models)
 
         wait_until(all_ready, 1800, "every model Ready", operator.log_tail)
         reconciled = time.monotonic() - started
