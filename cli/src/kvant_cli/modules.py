@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import importlib
 from collections.abc import Iterable
+from typing import TypeAlias
 
-SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
+# A string: argparse's action class is not subscriptable at run time.
+SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def register_modules(subparsers: SubParsers, modules: Iterable[str]) -> None:

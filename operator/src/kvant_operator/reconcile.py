@@ -136,6 +136,7 @@ class Reconciler:
         try:
             self._plan(p)
             self._artifact(p)
+            self._validate(p)
             phase, busy = self._serve(p)
         except Blocked as blocked:
             phase, busy = blocked.phase, blocked.busy
@@ -308,9 +309,74 @@ class Reconciler:
 
     # -- serving ------------------------------------------------------------------------------------------
 
+    # -- evaluation ---------------------------------------------------------------------------------------
+
+    def _validate(self, p: Pass) -> None:
+        """The accuracy gate: with blockRollout, a failing or unfinished candidate never gets serving pods."""
+        evaluation = p.spec.evaluation
+        if evaluation is None or not needs_artifact(p.spec):
+            reason = "NotRequested" if evaluation is None else "NothingConverted"
+            p.condition(ConditionType.VALIDATED, True, reason, "no evaluation gate applies")
+            return
+        name = jobs.eval_job_name(artifact_key(p.spec, self.settings), p.spec)
+        previous = next((c for c in p.log.conditions if c.type == ConditionType.VALIDATED), None)
+        if previous is not None and previous.reason in ("Passed", "GateFailed") and name in previous.message:
+            p.log.written.add(ConditionType.VALIDATED)  # settled for this candidate: keep it
+            self._gate(p, evaluation.block_rollout, previous.reason == "Passed", previous.message)
+            return
+        job = self._ensure_job(
+            jobs.eval_job(p.body, p.spec, self.settings, artifact_key(p.spec, self.settings))
+        )
+        state = job_state(job)
+        if state.phase is JobPhase.RUNNING:
+            p.condition(
+                ConditionType.VALIDATED,
+                False,
+                "Evaluating",
+                f"job {name} compares the artifact with its source",
+            )
+            p.condition(ConditionType.PROGRESSING, True, "Evaluating", f"job {name} is running")
+            if evaluation.block_rollout:
+                raise Blocked(Phase.EVALUATING)
+            return
+        passed, message = self._eval_result(job, name, evaluation.max_kl_divergence)
+        p.condition(ConditionType.VALIDATED, passed, "Passed" if passed else "GateFailed", message)
+        p.events.append(
+            ("Normal" if passed else "Warning", "EvaluationPassed" if passed else "EvaluationFailed", message)
+        )
+        self._gate(p, evaluation.block_rollout, passed, message)
+
+    def _gate(self, p: Pass, block: bool, passed: bool, message: str) -> None:
+        if not passed and block:
+            p.condition(
+                ConditionType.DEGRADED,
+                True,
+                "EvaluationFailed",
+                f"the candidate failed the accuracy gate and is not rolled out (blockRollout): {message}",
+            )
+            p.condition(
+                ConditionType.PROGRESSING, False, "EvaluationFailed", "fix the recipe or the threshold"
+            )
+            raise Blocked(Phase.DEGRADED, busy=False)
+
+    def _eval_result(self, job: Obj, name: str, threshold: float) -> tuple[bool, str]:
+        pod = job_pods(self.kube, job)[-1]
+        text = self.kube.pod_log(pod["metadata"]["namespace"], pod["metadata"]["name"], "eval", 50)
+        result = last_json_line(text, "meanKLDivergence") or {}
+        if not result:
+            return False, f"job {name} gave no result: {failure_detail(self.kube, job)}"
+        measured = (
+            f"meanKLDivergence {result['meanKLDivergence']:.4g} (maxKLDivergence {threshold:g}), "
+            f"top-1 agreement {result.get('top1Agreement', 0):.3f}"
+        )
+        if result.get("passed"):
+            return True, f"job {name}: {measured}"
+        return False, f"job {name}: {result.get('failure') or measured}"
+
+    # -- serving ------------------------------------------------------------------------------------------
+
     def _serve(self, p: Pass) -> tuple[Phase, bool]:
         assert p.plan is not None and p.artifact is not None
-        p.condition(ConditionType.VALIDATED, True, "NotRequested", "no evaluation gate in spec.evaluation")
         for obj in self._serving_objects(p):
             self.kube.ensure(with_applied_hash(obj))
         return self._rollout_status(p)

@@ -134,6 +134,38 @@ def artifact_job(
     return _job(meta, steps[-1:], [source.volume, output.volume], backoff_limit=2, init=steps[:-1])
 
 
+def eval_job_name(key: str, spec: QuantizedModelSpec) -> str:
+    evaluation = spec.evaluation.model_dump(mode="json", by_alias=True) if spec.evaluation else {}
+    return f"kvant-eval-{key}-{digest(evaluation, 6)}"
+
+
+def eval_job(body: Obj, spec: QuantizedModelSpec, settings: OperatorSettings, key: str) -> Obj:
+    """Compares the artifact with its source on held-out text; exit 1 means the gate failed."""
+    assert spec.evaluation is not None
+    source = source_location(spec)
+    output = artifact_location(spec, settings, key)
+    args = ["eval", source.path, output.path, "--max-kl-divergence", str(spec.evaluation.max_kl_divergence)]
+    if spec.kv_cache.dtype.is_fp8:
+        args += ["--kv-dtype", "fp8_e4m3"]  # simulated FP8 storage, with the artifact's scales
+        if spec.kv_cache.scales is not None and spec.kv_cache.scales.value == "unit":
+            args.append("--unit-scales")
+    container = {
+        "name": "eval",
+        "image": settings.runtime_image,
+        "command": ["kvant"],
+        "args": args,
+        "volumeMounts": [
+            {"name": "source", "mountPath": source.mount_path, "readOnly": True},
+            {"name": "artifacts", "mountPath": output.mount_path, "readOnly": True},
+        ],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+    }
+    meta = object_meta(body, eval_job_name(key, spec), "evaluation")
+    meta["labels"][ARTIFACT_LABEL] = key
+    return _job(meta, [container], [source.volume, output.volume], backoff_limit=0)
+
+
 def _convert_container(spec: QuantizedModelSpec, settings: OperatorSettings, source: str, output: str) -> Obj:
     weights = spec.weights
     args = [
