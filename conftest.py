@@ -6,22 +6,27 @@ the node agent to the same cluster; `prometheus_factory` runs real Prometheus se
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
+from tests.startup_report import report_startup
 
 from kvant_dev.cluster import LocalCluster
 from kvant_dev.prometheus import Prometheus, static_job
-from kvant_dev.toolchain import Toolchain
+from kvant_dev.toolchain import MissingBinaryError, Toolchain
 
 _session_cluster: LocalCluster | None = None
 
 
-def _report(what: str, started: float) -> None:
-    sys.stderr.write(f"\n[fixture] {what} started in {time.monotonic() - started:.1f}s\n")
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """The component versions, once at the start of the run."""
+    try:
+        versions = Toolchain.locate().versions()
+    except MissingBinaryError as err:
+        return [f"local cluster binaries: {err}"]
+    return ["local cluster components:", *(f"  {name}: {version}" for name, version in versions.items())]
 
 
 @pytest.fixture(scope="session")
@@ -30,18 +35,16 @@ def toolchain() -> Toolchain:
 
 
 @pytest.fixture(scope="session")
-def apiserver(tmp_path_factory: pytest.TempPathFactory, toolchain: Toolchain) -> Iterator[LocalCluster]:
+def apiserver(
+    tmp_path_factory: pytest.TempPathFactory, toolchain: Toolchain, pytestconfig: pytest.Config
+) -> Iterator[LocalCluster]:
     global _session_cluster  # noqa: PLW0603 - the failure hook below needs the live cluster
     started = time.monotonic()
     cluster = LocalCluster(tmp_path_factory.mktemp("cluster"), toolchain=toolchain)
     _session_cluster = cluster
     try:
         cluster.start_core()
-        _report("etcd + kube-apiserver", started)
-        versions = cluster.control_plane.versions()
-        sys.stderr.write(
-            "[fixture] component versions:\n" + "".join(f"  {k}: {v}\n" for k, v in versions.items())
-        )
+        report_startup(pytestconfig, "etcd + kube-apiserver", started)
         yield cluster
     finally:
         cluster.stop()
@@ -49,15 +52,17 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory, toolchain: Toolchain) ->
 
 
 @pytest.fixture(scope="session")
-def cluster(apiserver: LocalCluster) -> LocalCluster:
+def cluster(apiserver: LocalCluster, pytestconfig: pytest.Config) -> LocalCluster:
     started = time.monotonic()
     apiserver.start_workloads()
-    _report("controller-manager + scheduler + node agent", started)
+    report_startup(pytestconfig, "controller-manager + scheduler + node agent", started)
     return apiserver
 
 
 @pytest.fixture
-def prometheus_factory(tmp_path: Path, toolchain: Toolchain) -> Iterator[Callable[[list[str]], Prometheus]]:
+def prometheus_factory(
+    tmp_path: Path, toolchain: Toolchain, pytestconfig: pytest.Config
+) -> Iterator[Callable[[list[str]], Prometheus]]:
     servers: list[Prometheus] = []
 
     def start(targets: list[str]) -> Prometheus:
@@ -67,7 +72,7 @@ def prometheus_factory(tmp_path: Path, toolchain: Toolchain) -> Iterator[Callabl
         )
         servers.append(server)
         server.start()
-        _report("prometheus", started)
+        report_startup(pytestconfig, "prometheus", started)
         return server
 
     yield start

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.startup_report import report_startup
 
 from kvant_dev.cluster import LocalCluster
 from kvant_dev.netutil import free_port, http_ok, wait_until
@@ -86,11 +87,13 @@ class OperatorProcess:
 
 
 @pytest.fixture(scope="session")
-def operator(kvant_crds: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+def operator(
+    kvant_crds: LocalCluster, tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[OperatorProcess]:
     proc = OperatorProcess(kvant_crds, tmp_path_factory.mktemp("operator"))
     started = time.monotonic()
     proc.start()
-    sys.stderr.write(f"\n[fixture] operator started in {time.monotonic() - started:.1f}s\n")
+    report_startup(pytestconfig, "operator", started)
     yield proc
     proc.stop()
 

@@ -10,9 +10,13 @@ from e2e.qm import apply, get_qm, patch_spec, serving_pods, wait_ready
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
 
-def _kv_tokens(pod) -> int:
+def _flag(pod, flag: str) -> str:
     args = next(c for c in pod.spec.containers if c.name == "engine").args
-    return int(args[args.index("--kv-tokens") + 1])
+    return str(args[args.index(flag) + 1])
+
+
+def _kv_tokens(pod) -> int:
+    return int(_flag(pod, "--kv-tokens"))
 
 
 def test_kv_dtype_edit_rolls_pods_with_doubled_capacity(cluster, operator, namespace, tiny_model):
@@ -20,6 +24,7 @@ def test_kv_dtype_edit_rolls_pods_with_doubled_capacity(cluster, operator, names
     wait_ready(cluster, namespace, "tiny")
     old = serving_pods(cluster, namespace, "tiny")
     bf16_tokens = _kv_tokens(old[0])
+    assert _flag(old[0], "--kv-cache-dtype") == "bf16"
 
     patch_spec(cluster, namespace, "tiny", {"kvCache": {"dtype": "fp8_e4m3", "scales": "unit"}})
     qm = wait_ready(cluster, namespace, "tiny")
@@ -31,6 +36,7 @@ def test_kv_dtype_edit_rolls_pods_with_doubled_capacity(cluster, operator, names
 
     new = wait_for(rolled, 90, "every serving pod to be replaced")
     assert qm["status"]["plan"]["kvCacheDtype"] == "fp8_e4m3"
+    assert _flag(new[0], "--kv-cache-dtype") == "fp8_e4m3"
     fp8_tokens = _kv_tokens(new[0])
     assert fp8_tokens == qm["status"]["plan"]["kvTokensPerReplica"]
     assert abs(fp8_tokens - 2 * bf16_tokens) <= 1, "FP8 KV halves bytes/token, so capacity doubles"

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Creates (once) the project virtualenv outside the repo, keyed by a hash of
-# every pyproject and constraints.txt, and prints its path. Packages are
-# installed editable, so source edits never need a rebuild.
+# Creates (once) the project virtualenv outside the repo and prints its path.
+# Kvant's own packages are installed editable, so source edits never need a
+# rebuild; because an editable install points at one checkout, the key covers
+# the checkout's path as well as every pyproject and constraints.txt (a second
+# clone gets its own venv, filled from pip's cache).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 CACHE="${KVANT_CACHE:-$HOME/.cache/kvant}"
 PY="${PYTHON:-python3.11}"
-key=$(cat "$ROOT"/constraints.txt "$ROOT"/*/pyproject.toml | sha256sum | cut -c1-12)
+key=$( (echo "$ROOT"; cat "$ROOT"/constraints.txt "$ROOT"/*/pyproject.toml) | sha256sum | cut -c1-12)
 VENV="$CACHE/venv-$key"
 mkdir -p "$CACHE"
 exec 9>"$CACHE/venv.lock"

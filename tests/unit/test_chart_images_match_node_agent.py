@@ -45,7 +45,6 @@ def test_chart_images_run_on_the_node_agent_and_match_operator_defaults():
     defaults = OperatorSettings()
     assert env["KVANT_OPERATOR_IMAGE"] == defaults.operator_image
     assert env["KVANT_RUNTIME_IMAGE"] == defaults.runtime_image
-    assert env["KVANT_SGLANG_IMAGE"] == defaults.sglang_image
     assert env["KVANT_ARTIFACT_PVC"] == defaults.artifact_pvc
 
 
@@ -59,4 +58,6 @@ def test_runtime_image_is_sglang_plus_kvant_runtime():
     assert re.search(r"^FROM lmsysorg/sglang:", text, flags=re.MULTILINE)
     copied = re.findall(r"^COPY (\S+)", text, flags=re.MULTILINE)
     assert sorted(copied) == ["cli/", "kernels/", "runtime/"]
-    assert f"FROM {OperatorSettings().sglang_image}" in text  # the same SGLang the operator defaults to
+    pinned = re.search(r"^sglang==(\S+)$", (REPO / "constraints.txt").read_text(), flags=re.MULTILINE)
+    assert pinned is not None
+    assert f"FROM lmsysorg/sglang:v{pinned.group(1)}-" in text  # the SGLang whose parser validates flags

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ssl
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,20 +99,6 @@ class ControlPlane:
                 f"--- {name} ({state}), last {lines} lines of {proc.log_path} ---\n{proc.log_tail(lines)}"
             )
         return "\n".join(parts)
-
-    def versions(self) -> dict[str, str]:
-        binaries = {
-            "etcd": [str(self.toolchain.etcd), "--version"],
-            "kube-apiserver": [str(self.toolchain.kube_apiserver), "--version"],
-            "kubectl": [str(self.toolchain.kubectl), "version", "--client"],
-            "helm": [str(self.toolchain.helm), "version", "--short"],
-            "prometheus": [str(self.toolchain.prometheus), "--version"],
-        }
-        out = {}
-        for name, argv in binaries.items():
-            result = subprocess.run(argv, capture_output=True, text=True, check=False)
-            out[name] = (result.stdout or result.stderr).strip().splitlines()[0]
-        return out
 
     def ssl_context(self) -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=str(self.pki_dir / "ca.crt"))

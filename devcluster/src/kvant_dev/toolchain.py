@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,3 +62,20 @@ class Toolchain:
                 + "; run `bash hack/toolchain.sh` (or `make tools`)"
             )
         return toolchain
+
+    def versions(self) -> dict[str, str]:
+        """What each binary says of its own version (the first line of its output)."""
+        commands = {
+            "etcd": [str(self.etcd), "--version"],
+            "kube-apiserver": [str(self.kube_apiserver), "--version"],
+            "kube-controller-manager": [str(self.kube_controller_manager), "--version"],
+            "kube-scheduler": [str(self.kube_scheduler), "--version"],
+            "kubectl": [str(self.kubectl), "version", "--client"],
+            "helm": [str(self.helm), "version", "--short"],
+            "prometheus": [str(self.prometheus), "--version"],
+        }
+        out = {}
+        for name, argv in commands.items():
+            result = subprocess.run(argv, capture_output=True, text=True, check=False)
+            out[name] = (result.stdout or result.stderr).strip().splitlines()[0]
+        return out

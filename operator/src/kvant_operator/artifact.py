@@ -40,15 +40,18 @@ def needs_artifact(spec: QuantizedModelSpec) -> bool:
 
 
 def artifact_key(spec: QuantizedModelSpec, settings: OperatorSettings) -> str:
-    """Hash of everything that changes the artifact's bytes: source, weights, KV calibration, converter."""
-    weights = spec.weights.model_dump(mode="json", by_alias=True, exclude={"output"})
+    """Hash of everything that changes the artifact's bytes (source, weights, KV calibration, converter)
+    and of where it is written, so models sharing a key always share the same files."""
+    weights = spec.weights.model_dump(mode="json", by_alias=True)
     calibration = spec.kv_cache.calibration
     calibration_recipe = (
         calibration.model_dump(mode="json") if calibration and needs_calibration(spec) else None
     )
     recipe = {
         "source": {"uri": spec.source.uri, "revision": spec.source.revision},
-        "weights": weights if needs_conversion(spec) else {"format": spec.weights.format.value},
+        "weights": weights
+        if needs_conversion(spec)
+        else {"format": spec.weights.format.value, "output": weights.get("output")},
         "kvCalibration": {"dtype": spec.kv_cache.dtype.value, "calibration": calibration_recipe},
         "converter": settings.converter_version,
     }

@@ -12,9 +12,10 @@ DEFAULT_OPERATOR_IMAGE = "ghcr.io/kvant-dev/kvant-operator:0.1.0"
 
 @dataclass(frozen=True)
 class OperatorSettings:
-    runtime_image: str = DEFAULT_RUNTIME_IMAGE  # converter, calibrator, launcher, simulator, gate
+    # SGLang plus Kvant's runtime: converter, calibrator, launcher (`kvant launch` execs SGLang),
+    # simulator and gate. A spec.serving.image must be built the same way (images/runtime.Dockerfile).
+    runtime_image: str = DEFAULT_RUNTIME_IMAGE
     operator_image: str = DEFAULT_OPERATOR_IMAGE  # also runs `kvant plan` Jobs (no torch needed)
-    sglang_image: str = "lmsysorg/sglang:v0.5.23-cu129"
     artifact_pvc: str = "kvant-artifacts"  # where artifacts go when spec.weights.output is unset
     busy_interval: float = 2.0  # seconds between reconciles while work is under way
     idle_interval: float = 30.0  # seconds between reconciles of a settled model
@@ -25,7 +26,6 @@ class OperatorSettings:
         return cls(
             runtime_image=os.environ.get("KVANT_RUNTIME_IMAGE", defaults.runtime_image),
             operator_image=os.environ.get("KVANT_OPERATOR_IMAGE", defaults.operator_image),
-            sglang_image=os.environ.get("KVANT_SGLANG_IMAGE", defaults.sglang_image),
             artifact_pvc=os.environ.get("KVANT_ARTIFACT_PVC", defaults.artifact_pvc),
             busy_interval=float(os.environ.get("KVANT_BUSY_INTERVAL", defaults.busy_interval)),
             idle_interval=float(os.environ.get("KVANT_IDLE_INTERVAL", defaults.idle_interval)),

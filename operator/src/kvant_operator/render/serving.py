@@ -123,9 +123,9 @@ def _engine_container(inputs: ServingInputs, role: Role) -> Obj:
         "livenessProbe": _health_probe(periodSeconds=15, failureThreshold=4),
     }
     if spec.serving.engine is Engine.SIMULATOR:
-        container["args"] = _simulator_args(inputs)
+        container["args"] = _simulator_args(inputs, role)
         return container
-    container["image"] = spec.serving.image or settings.sglang_image
+    container["image"] = spec.serving.image or settings.runtime_image  # it must carry `kvant launch`
     container["args"] = [
         "launch",
         "--spec-json",
@@ -143,10 +143,12 @@ def _health_probe(**timing: int) -> Obj:
     return {"httpGet": {"path": "/health", "port": "engine-metrics"}, **timing}
 
 
-def _simulator_args(inputs: ServingInputs) -> list[str]:
+def _simulator_args(inputs: ServingInputs, role: Role) -> list[str]:
+    plan = inputs.plan
     return [
         "sim", "--host", "$(POD_IP)", "--port", str(ENGINE_PORT), "--model-name", inputs.model,
-        "--kv-tokens", str(inputs.plan.kv_tokens_per_replica),
+        "--kv-tokens", str(plan.kv_tokens_per_replica), "--kv-cache-dtype", role.kv_cache_dtype.value,
+        "--page-size", str(plan.page_size), "--kv-bytes-per-token", str(plan.kv_bytes_per_token_per_gpu),
         "--max-running-requests", str(_max_running_requests(inputs.plan)),
         "--seed", "0",
     ]  # fmt: skip

@@ -22,6 +22,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     capacity.add_argument(
         "--plan", type=Path, help="`kvant plan --json` output; capacity = kv_tokens_per_replica"
     )
+    parser.add_argument(
+        "--kv-cache-dtype",
+        choices=["auto", "bf16", "fp8_e4m3", "fp8_e5m2"],
+        help="reported in /get_server_info as SGLang does (default: the plan's, else auto)",
+    )
+    parser.add_argument("--page-size", type=int, help="KV page size in tokens (default: the plan's, else 1)")
     parser.add_argument("--max-running-requests", type=int, default=256)
     parser.add_argument("--context-length", type=int, default=131072)
     parser.add_argument(
@@ -68,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
         kv_tokens, dtype, page_size = plan.kv_tokens, plan.kv_cache_dtype, plan.page_size
         kv_bytes = kv_bytes or plan.kv_bytes_per_token
+    dtype, page_size = args.kv_cache_dtype or dtype, args.page_size or page_size
     for flag, value in (("--kv-tokens", kv_tokens), ("--max-running-requests", args.max_running_requests)):
         if value <= 0:
             print(f"kvant sim: {flag} must be a positive integer, got {value}", file=sys.stderr)

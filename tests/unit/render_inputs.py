@@ -1,0 +1,44 @@
+"""Fixed inputs for renderer tests: a QuantizedModel as the API server would hand it over, and a plan."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kvant_operator.api.resource import QuantizedModel
+from kvant_operator.api.spec import QuantizedModelSpec
+from kvant_operator.api.status import PlanStatus
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+Obj = dict[str, Any]
+
+
+def body(example: str = "tiny.yaml", **spec_overrides: Any) -> Obj:
+    manifest: Obj = yaml.safe_load((EXAMPLES / example).read_text())
+    manifest["metadata"].update(
+        {"namespace": "team-a", "uid": "0b7c6c1e-1111-2222-3333-444455556666", "generation": 3}
+    )
+    manifest["spec"].update(copy.deepcopy(spec_overrides))
+    return manifest
+
+
+def spec_of(manifest: Obj) -> QuantizedModelSpec:
+    return QuantizedModel.model_validate(manifest).spec
+
+
+def plan(kv_tokens: int = 3_773_701, dtype: str = "fp8_e4m3") -> PlanStatus:
+    return PlanStatus.model_validate(
+        {
+            "kvCacheDtype": dtype,
+            "kvBytesPerTokenPerGPU": 256,
+            "weightBytesPerGPU": 300_000,
+            "kvTokensPerReplica": kv_tokens,
+            "memFractionStatic": 0.9,
+            "pageSize": 1,
+            "maxConcurrency": {"4096": 921, "32768": 115, "131072": 28},
+            "inputs": "d1g3st",
+        }
+    )

@@ -1,0 +1,49 @@
+"""The renderers' output for the shipped examples, compared with reviewed golden files.
+
+Set KVANT_UPDATE_GOLDEN=1 to rewrite them after an intended change, then review the diff.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kvant_operator.artifact import artifact_key, artifact_location
+from kvant_operator.render import jobs
+from kvant_operator.render.limits import limits_configmap
+from kvant_operator.render.serving import ServingInputs, deployment, disruption_budget, roles, service
+from kvant_operator.settings import OperatorSettings
+from tests.unit.render_inputs import body, plan, spec_of
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def _render(example: str) -> list[dict]:
+    manifest, settings = body(example), OperatorSettings()
+    spec = spec_of(manifest)
+    key = artifact_key(spec, settings)
+    inputs = ServingInputs(
+        manifest, spec, plan(), artifact_location(spec, settings, key), "sha256:abc", settings
+    )
+    objects = [
+        jobs.plan_job(manifest, spec, settings),
+        jobs.artifact_job([manifest], spec, settings, key, 1),
+        limits_configmap(manifest, spec, None),
+    ]
+    for role in roles(spec):
+        objects += [deployment(inputs, role), service(manifest, role), disruption_budget(manifest, role)]
+    return objects
+
+
+@pytest.mark.parametrize(
+    "example", ["tiny.yaml", "kimi-k2-int4-experts-fp8kv-8xh200.yaml", "llama-70b-prefill-decode-fp8kv.yaml"]
+)
+def test_rendered_objects_match_golden(example: str) -> None:
+    rendered = yaml.safe_dump_all(_render(example), sort_keys=True)
+    golden = GOLDEN / example
+    if os.environ.get("KVANT_UPDATE_GOLDEN"):
+        golden.write_text(rendered)
+    assert rendered == golden.read_text(), f"renderer output changed; review and refresh {golden}"

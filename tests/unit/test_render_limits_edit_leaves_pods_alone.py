@@ -1,0 +1,50 @@
+"""Limits and protection edits change only the limits ConfigMap; engine edits change the pod template."""
+
+from __future__ import annotations
+
+import yaml
+
+from kvant_operator.artifact import Location
+from kvant_operator.render.limits import limits_configmap, limits_document
+from kvant_operator.render.serving import ServingInputs, deployment, roles
+from kvant_operator.settings import OperatorSettings
+from tests.unit.render_inputs import body, plan, spec_of
+
+MODEL_DIR = Location(
+    {"name": "artifacts", "persistentVolumeClaim": {"claimName": "kvant-artifacts"}}, "/artifacts", "k"
+)
+
+
+def _deployment(manifest: dict, kv_dtype: str = "fp8_e4m3") -> dict:
+    spec = spec_of(manifest)
+    inputs = ServingInputs(manifest, spec, plan(dtype=kv_dtype), MODEL_DIR, "sha256:x", OperatorSettings())
+    return deployment(inputs, roles(spec)[0])
+
+
+def test_limits_and_protection_edits_render_the_same_deployment():
+    before = body()
+    after = body(
+        limits={"maxConcurrency": 3, "maxQueued": 1, "queueTimeoutSeconds": 2},
+        protection={"mode": "observe", "targetTokenUsage": 0.5, "concurrency": {"min": 1}},
+    )
+    assert _deployment(before) == _deployment(after)
+    old_limits = limits_configmap(before, spec_of(before), None)
+    new_limits = limits_configmap(after, spec_of(after), None)
+    assert old_limits["data"] != new_limits["data"]
+    assert yaml.safe_load(new_limits["data"]["limits.yaml"])["maxConcurrency"] == 3
+
+
+def test_kv_dtype_edit_changes_the_pod_template():
+    fp8 = _deployment(body())
+    bf16 = _deployment(body(kvCache={"dtype": "bf16"}), kv_dtype="bf16")
+    hash_key = "kvant.dev/engine-config-hash"
+    fp8_hash = fp8["spec"]["template"]["metadata"]["annotations"][hash_key]
+    assert fp8_hash != bf16["spec"]["template"]["metadata"]["annotations"][hash_key]
+
+
+def test_effective_concurrency_is_the_ceiling_within_spec_bounds():
+    spec = spec_of(body(limits={"maxConcurrency": 8}, protection={"concurrency": {"min": 2}}))
+    assert limits_document(spec, None)["concurrency"] == {"min": 2, "max": 8}
+    assert limits_document(spec, 5)["concurrency"] == {"min": 2, "max": 5}
+    assert limits_document(spec, 1)["concurrency"] == {"min": 2, "max": 2}  # never below min
+    assert limits_document(spec, 50)["concurrency"] == {"min": 2, "max": 8}  # never above the spec
