@@ -30,7 +30,7 @@ def _render(example: str) -> list[dict]:
     )
     objects = [
         jobs.plan_job(manifest, spec, settings),
-        jobs.artifact_job([manifest], spec, settings, key, 1),
+        jobs.artifact_job([manifest], spec, settings, key, attempt=1),
         limits_configmap(manifest, spec, None),
     ]
     for role in roles(spec):

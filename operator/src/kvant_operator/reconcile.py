@@ -218,26 +218,64 @@ class Reconciler:
         )
 
     def _run_artifact_job(self, p: Pass, key: str) -> Obj:
-        namespace = p.body["metadata"]["namespace"]
-        job = self.kube.get("batch/v1", "Job", namespace, jobs.artifact_job_name(key))
-        if job is None or job["metadata"].get("deletionTimestamp"):
-            attempt = _next_attempt(job)
-            if job is None:
-                self.kube.create(jobs.artifact_job([p.body], p.spec, self.settings, key, attempt))
-                p.events.append(
-                    ("Normal", "ArtifactJobCreated", f"job {jobs.artifact_job_name(key)} (attempt {attempt})")
-                )
-            self._artifact_progress(p, "Starting", "the artifact job is starting")
-            raise Blocked(Phase.CONVERTING)
-        self.kube.add_owner("batch/v1", "Job", job, owner_reference(p.body, controller=False))
-        state = job_state(job)
+        """Drives the attempts of one artifact: each is [shards Job (distributed) →] artifact Job."""
+        assert p.plan is not None
+        workers = (
+            jobs.conversion_workers(p.body, p.plan.source_bytes, self.settings)
+            if needs_conversion(p.spec)
+            else 1
+        )
+        stage = self._current_stage(p, key)
+        if stage is None:
+            self._start_attempt(p, key, 1, workers)
+        assert stage is not None
+        self.kube.add_owner("batch/v1", "Job", stage, owner_reference(p.body, controller=False))
+        attempt = _attempt(stage)
+        state = job_state(stage)
         if state.phase is JobPhase.RUNNING:
-            self._artifact_running(p, job)
+            self._artifact_running(p, stage)
         if state.phase is JobPhase.FAILED:
-            self._artifact_failed(p, job, state.finished_at)
-        return self._record_artifact(p, job, key)
+            self._artifact_failed(p, stage, state.finished_at, key, workers)
+        if stage["metadata"]["name"] == jobs.shards_job_name(key, attempt):
+            self._create(
+                p, jobs.artifact_job([p.body], p.spec, self.settings, key, attempt=attempt, workers=workers)
+            )
+            self._artifact_progress(p, "Finalizing", f"all {workers} conversion workers finished; finalizing")
+            raise Blocked(Phase.CONVERTING)
+        return self._record_artifact(p, stage, key)
+
+    def _current_stage(self, p: Pass, key: str) -> Obj | None:
+        """The newest Job of the newest attempt: the artifact Job, else its shards Job."""
+        selector = f"{jobs.ARTIFACT_LABEL}={key},app.kubernetes.io/component=artifact"
+        found = self.kube.list("batch/v1", "Job", p.body["metadata"]["namespace"], selector)
+        live = [j for j in found if not j["metadata"].get("deletionTimestamp")]
+        return max(
+            live, key=lambda j: (_attempt(j), not j["metadata"]["name"].endswith("-shards")), default=None
+        )
+
+    def _start_attempt(self, p: Pass, key: str, attempt: int, workers: int) -> None:
+        if workers > 1:
+            first = jobs.shards_job([p.body], p.spec, self.settings, key, workers=workers, attempt=attempt)
+        else:
+            first = jobs.artifact_job([p.body], p.spec, self.settings, key, attempt=attempt)
+        self._create(p, first)
+        self._artifact_progress(
+            p, "Starting", f"job {first['metadata']['name']} is starting ({workers} worker(s))"
+        )
+        raise Blocked(Phase.CONVERTING)
+
+    def _create(self, p: Pass, job: Obj) -> None:
+        if self.kube.create(job):
+            p.events.append(("Normal", "ArtifactJobCreated", f"job {job['metadata']['name']}"))
 
     def _artifact_running(self, p: Pass, job: Obj) -> None:
+        spec = job.get("spec") or {}
+        if spec.get("completionMode") == "Indexed":
+            done = (job.get("status") or {}).get("succeeded", 0)
+            self._artifact_progress(
+                p, "Converting", f"converting to INT4 on {spec['completions']} workers: {done} finished"
+            )
+            raise Blocked(Phase.CONVERTING)
         pods = job_pods(self.kube, job)
         step, message = "convert", "waiting for the conversion pod"
         if pods:
@@ -259,20 +297,23 @@ class Reconciler:
         p.condition(ConditionType.CALIBRATED, False, "Waiting", "calibration runs after conversion")
         p.condition(ConditionType.PROGRESSING, True, reason, message)
 
-    def _artifact_failed(self, p: Pass, job: Obj, finished_at: datetime | None) -> None:
-        attempt = int(job["metadata"].get("annotations", {}).get(jobs.ATTEMPT_ANNOTATION, "1"))
+    def _artifact_failed(
+        self, p: Pass, job: Obj, finished_at: datetime | None, key: str, workers: int
+    ) -> None:
+        """Keeps the failed Job (its logs are the evidence) and starts the next attempt after a backoff."""
+        attempt = _attempt(job)
         retry_in = _backoff(attempt)
         detail = failure_detail(self.kube, job) or "the job failed"
-        message = f"attempt {attempt} failed: {detail}"
+        message = f"attempt {attempt} ({job['metadata']['name']}) failed: {detail}"
         p.condition(ConditionType.CONVERTED, False, "ConversionFailed", message)
         p.condition(
             ConditionType.DEGRADED, True, "ConversionFailed", f"{message}\nretrying in {retry_in.seconds}s"
         )
-        if finished_at is None or p.now - finished_at >= retry_in:
-            self.kube.delete("batch/v1", "Job", job["metadata"]["namespace"], job["metadata"]["name"])
+        if finished_at is not None and p.now - finished_at >= retry_in:
             p.events.append(
                 ("Warning", "ConversionRetry", f"{message[:300]} — retrying (attempt {attempt + 1})")
             )
+            self._start_attempt(p, key, attempt + 1, workers)
         raise Blocked(Phase.CONVERTING if p.artifact is None else Phase.DEGRADED)
 
     def _record_artifact(self, p: Pass, job: Obj, key: str) -> Obj:
@@ -490,10 +531,8 @@ def _no_calibration_reason(spec: QuantizedModelSpec) -> str:
     return f"spec.kvCache.scales is {spec.kv_cache.scales}: no calibration run"
 
 
-def _next_attempt(job: Obj | None) -> int:
-    if job is None:
-        return 1
-    return int(job["metadata"].get("annotations", {}).get(jobs.ATTEMPT_ANNOTATION, "1")) + 1
+def _attempt(job: Obj) -> int:
+    return int((job["metadata"].get("annotations") or {}).get(jobs.ATTEMPT_ANNOTATION, "1"))
 
 
 def _backoff(attempt: int) -> timedelta:

@@ -17,6 +17,9 @@ class OperatorSettings:
     runtime_image: str = DEFAULT_RUNTIME_IMAGE
     operator_image: str = DEFAULT_OPERATOR_IMAGE  # also runs `kvant plan` Jobs (no torch needed)
     artifact_pvc: str = "kvant-artifacts"  # where artifacts go when spec.weights.output is unset
+    # Conversions split across an Indexed Job: one worker per this many source bytes, at most max.
+    conversion_bytes_per_worker: int = 64 * 2**30
+    max_conversion_workers: int = 16
     busy_interval: float = 2.0  # seconds between reconciles while work is under way
     idle_interval: float = 30.0  # seconds between reconciles of a settled model
 
@@ -27,6 +30,12 @@ class OperatorSettings:
             runtime_image=os.environ.get("KVANT_RUNTIME_IMAGE", defaults.runtime_image),
             operator_image=os.environ.get("KVANT_OPERATOR_IMAGE", defaults.operator_image),
             artifact_pvc=os.environ.get("KVANT_ARTIFACT_PVC", defaults.artifact_pvc),
+            conversion_bytes_per_worker=int(
+                os.environ.get("KVANT_CONVERSION_BYTES_PER_WORKER", defaults.conversion_bytes_per_worker)
+            ),
+            max_conversion_workers=int(
+                os.environ.get("KVANT_MAX_CONVERSION_WORKERS", defaults.max_conversion_workers)
+            ),
             busy_interval=float(os.environ.get("KVANT_BUSY_INTERVAL", defaults.busy_interval)),
             idle_interval=float(os.environ.get("KVANT_IDLE_INTERVAL", defaults.idle_interval)),
         )

@@ -81,6 +81,7 @@ class PlanStatus(ApiModel):
     warnings: list[PlanWarning] = Field(
         default_factory=list, max_length=16, description="Why the plan may not fit."
     )
+    source_bytes: int = Field(default=0, ge=0, description="Size of the source checkpoint's tensors.")
     inputs: str | None = Field(
         default=None, max_length=64, description="Digest of the spec fields the plan was made from."
     )

@@ -93,6 +93,7 @@ class CapacityPlan(BaseModel):
     def to_status(self) -> PlanStatus:
         return PlanStatus(
             kv_cache_dtype=self.kv_cache_dtype,
+            source_bytes=self.source_checkpoint_bytes,
             kvBytesPerTokenPerGPU=self.kv_bytes_per_token_per_gpu,
             weightBytesPerGPU=self.weight_bytes_per_gpu,
             kv_tokens_per_replica=self.kv_tokens_per_replica,

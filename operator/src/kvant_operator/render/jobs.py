@@ -22,6 +22,8 @@ from kvant_operator.settings import OperatorSettings
 
 ARTIFACT_LABEL = "kvant.dev/artifact"
 ATTEMPT_ANNOTATION = "kvant.dev/attempt"
+# Overrides the number of conversion workers for one model (the default follows the source size).
+WORKERS_ANNOTATION = "kvant.dev/conversion-workers"
 _JOB_NAME_MAX = 63
 
 
@@ -103,33 +105,86 @@ def plan_job(body: Obj, spec: QuantizedModelSpec, settings: OperatorSettings) ->
     )
 
 
-def artifact_job_name(key: str) -> str:
-    return f"kvant-artifact-{key}"
+def artifact_job_name(key: str, attempt: int) -> str:
+    return f"kvant-artifact-{key}-{attempt}"
 
 
-def artifact_job(
-    bodies: list[Obj], spec: QuantizedModelSpec, settings: OperatorSettings, key: str, attempt: int
+def shards_job_name(key: str, attempt: int) -> str:
+    return f"kvant-artifact-{key}-{attempt}-shards"
+
+
+def conversion_workers(body: Obj, source_bytes: int, settings: OperatorSettings) -> int:
+    """One worker per `conversion_bytes_per_worker` of source, unless the model's annotation says."""
+    override = (body["metadata"].get("annotations") or {}).get(WORKERS_ANNOTATION)
+    per_worker = settings.conversion_bytes_per_worker
+    wanted = int(override) if override and override.isdigit() else -(-source_bytes // per_worker)
+    return max(1, min(settings.max_conversion_workers, wanted))
+
+
+def shards_job(
+    bodies: list[Obj],
+    spec: QuantizedModelSpec,
+    settings: OperatorSettings,
+    key: str,
+    *,
+    workers: int,
+    attempt: int,
 ) -> Obj:
-    """One Job per artifact key, owned by every QuantizedModel that uses it."""
+    """An Indexed Job: pod i converts the shards i, i+N, i+2N, ... into the shared staging area."""
     source = source_location(spec)
     output = artifact_location(spec, settings, key)
-    steps = []
-    if needs_conversion(spec):
-        steps.append(_convert_container(spec, settings, source.path, output.path))
-    if needs_calibration(spec):
-        steps.append(_calibrate_container(spec, settings, source.path, output.path))
-    meta = object_meta(bodies[0], artifact_job_name(key), "artifact")
+    worker = ["--worker-index", "$(JOB_COMPLETION_INDEX)", "--workers", str(workers)]
+    convert = _convert_container(spec, settings, source.path, output.path, worker)
+    convert["volumeMounts"] = _artifact_mounts(source.mount_path, output.mount_path)
+    job = _job(
+        _shared_meta(bodies, shards_job_name(key, attempt), key, attempt),
+        [convert],
+        [source.volume, output.volume],
+        backoff_limit=2 * workers,
+    )
+    job["spec"].update({"completionMode": "Indexed", "completions": workers, "parallelism": workers})
+    return job
+
+
+def _shared_meta(bodies: list[Obj], name: str, key: str, attempt: int) -> Obj:
+    meta = object_meta(bodies[0], name, "artifact")
     meta["labels"][ARTIFACT_LABEL] = key
     meta["ownerReferences"] = [
         owner_reference(b, controller=False) for b in bodies if b["metadata"].get("uid")
     ]
     meta["annotations"] = {ATTEMPT_ANNOTATION: str(attempt)}
-    mounts = [
-        {"name": "source", "mountPath": source.mount_path, "readOnly": True},
-        {"name": "artifacts", "mountPath": output.mount_path},
+    return meta
+
+
+def _artifact_mounts(source_mount: str, output_mount: str) -> list[Obj]:
+    return [
+        {"name": "source", "mountPath": source_mount, "readOnly": True},
+        {"name": "artifacts", "mountPath": output_mount},
     ]
+
+
+def artifact_job(
+    bodies: list[Obj],
+    spec: QuantizedModelSpec,
+    settings: OperatorSettings,
+    key: str,
+    *,
+    attempt: int,
+    workers: int = 1,
+) -> Obj:
+    """One Job per artifact key, owned by every QuantizedModel that uses it. After a distributed
+    conversion (workers > 1) its convert step only finalizes what the shards Job wrote."""
+    source = source_location(spec)
+    output = artifact_location(spec, settings, key)
+    steps = []
+    if needs_conversion(spec):
+        finalize = ["--finalize"] if workers > 1 else []
+        steps.append(_convert_container(spec, settings, source.path, output.path, finalize))
+    if needs_calibration(spec):
+        steps.append(_calibrate_container(spec, settings, source.path, output.path))
     for step in steps:
-        step["volumeMounts"] = mounts
+        step["volumeMounts"] = _artifact_mounts(source.mount_path, output.mount_path)
+    meta = _shared_meta(bodies, artifact_job_name(key, attempt), key, attempt)
     # The steps run in order: every step but the last is an init container.
     return _job(meta, steps[-1:], [source.volume, output.volume], backoff_limit=2, init=steps[:-1])
 
@@ -166,7 +221,10 @@ def eval_job(body: Obj, spec: QuantizedModelSpec, settings: OperatorSettings, ke
     return _job(meta, [container], [source.volume, output.volume], backoff_limit=0)
 
 
-def _convert_container(spec: QuantizedModelSpec, settings: OperatorSettings, source: str, output: str) -> Obj:
+def _convert_container(
+    spec: QuantizedModelSpec, settings: OperatorSettings, source: str, output: str, mode: list[str]
+) -> Obj:
+    """`mode`: nothing (one pod), the worker flags (one pod of an Indexed Job), or --finalize."""
     weights = spec.weights
     args = [
         "convert",
@@ -180,6 +238,7 @@ def _convert_container(spec: QuantizedModelSpec, settings: OperatorSettings, sou
         (weights.targets.value if weights.targets else "all-linear"),
         "--progress-json",
         "-",
+        *mode,
     ]
     if spec.source.revision:
         args += ["--revision", spec.source.revision]
