@@ -32,10 +32,8 @@ def test_truncated_shard_gives_conversion_failed_then_a_retry(
     converted = wait_for(failed, 180, "Converted=False ConversionFailed")
     assert shard.name in converted["message"], "the message names the corrupt file"
     qm = get_qm(cluster, namespace, "broken")
-    assert (
-        condition(qm, "Degraded")["status"] == "True"
-        and "retrying in" in condition(qm, "Degraded")["message"]
-    )
+    degraded = condition(qm, "Degraded")
+    assert degraded is not None and degraded["status"] == "True" and "retrying in" in degraded["message"]
     assert "artifact" not in qm["status"], "nothing is published"
 
     batch = client.BatchV1Api(cluster.api_client())
