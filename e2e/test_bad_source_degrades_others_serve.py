@@ -24,6 +24,8 @@ def test_unknown_architecture_is_degraded_while_good_model_gets_ready(
     bad["spec"]["source"]["uri"] = f"file://{broken}"
     apply(cluster, namespace, bad)
     apply(cluster, namespace, tiny_model("good", kvCache={"dtype": "bf16"}))
+    # Calibrated FP8 scales need an artifact to write into; bf16 weights convert nothing.
+    apply(cluster, namespace, tiny_model("uncalibratable", weights={"format": "bf16"}))
 
     def degraded() -> dict | None:
         found = condition(get_qm(cluster, namespace, "mystery"), "Degraded")
@@ -34,3 +36,9 @@ def test_unknown_architecture_is_degraded_while_good_model_gets_ready(
     assert "MysteryForCausalLM" in cond["message"]
     assert get_qm(cluster, namespace, "mystery")["status"]["phase"] == "Failed"
     wait_ready(cluster, namespace, "good")
+
+    def refused() -> dict | None:
+        found = condition(get_qm(cluster, namespace, "uncalibratable"), "Degraded")
+        return found if found and found["reason"] == "CalibrationNeedsConversion" else None
+
+    assert "scales: checkpoint" in wait_for(refused, 60, "qm/uncalibratable to be refused")["message"]

@@ -190,6 +190,19 @@ class Reconciler:
             )
             p.condition(ConditionType.CALIBRATED, True, "NotRequired", _no_calibration_reason(p.spec))
             return
+        if not needs_conversion(p.spec):
+            p.condition(
+                ConditionType.DEGRADED,
+                True,
+                "CalibrationNeedsConversion",
+                "spec.kvCache.scales: calibrate writes scales into a converted artifact, and "
+                f"spec.weights.format {p.spec.weights.format} converts nothing: use format int4, or "
+                "scales: checkpoint (scales already in the source) or unit",
+            )
+            p.condition(
+                ConditionType.PROGRESSING, False, "CalibrationNeedsConversion", "fix the spec; see Degraded"
+            )
+            raise Blocked(Phase.FAILED, busy=False)
         key = artifact_key(p.spec, self.settings)
         if (
             p.artifact is not None
