@@ -41,8 +41,8 @@ def test_helm_install_operator_serves(cluster, operator, namespace, tiny_model):
         assert {p.spec.service_account_name for p in pods} == {RELEASE}
         assert all(p.status.phase == "Running" for p in pods)
 
-        # On a first install the replicas may start before helm creates their KopfPeering (custom
-        # kinds come last); kopf then records them at its next keep-alive, within its 60 s lifetime.
+        # Helm creates the KopfPeering after the Deployment (custom kinds come last); `kvant run`
+        # waits for it, so both replicas join the peering before either reconciles.
         names = {p.metadata.name for p in pods}
         wait_for(
             lambda: set(_peers(cluster, namespace)) == names, 90, f"both replicas in the peering: {names}"

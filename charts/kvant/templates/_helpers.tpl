@@ -94,7 +94,8 @@ credentialsSecret by name, and the kubelet, not the operator, reads it.
   verbs: [create]
 {{- end -}}
 
-{{/* Kopf peering: replicas list/watch the peering objects and patch only their own one. */}}
+{{/* Kopf peering: replicas list/watch the peering objects; they read (to wait for it at start)
+     and patch only their own one. */}}
 {{- define "kvant.peeringRules" -}}
 {{- $resource := ternary "kopfpeerings" "clusterkopfpeerings" (gt (len .Values.watchNamespaces) 0) -}}
 - apiGroups: [kopf.dev]
@@ -103,5 +104,5 @@ credentialsSecret by name, and the kubelet, not the operator, reads it.
 - apiGroups: [kopf.dev]
   resources: [{{ $resource }}]
   resourceNames: [{{ include "kvant.peeringName" . }}]
-  verbs: [patch]
+  verbs: [get, patch]
 {{- end -}}

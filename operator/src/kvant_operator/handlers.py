@@ -28,7 +28,7 @@ log = logging.getLogger("kvant.operator")
 _phases: dict[tuple[str, str], str] = {}
 
 
-def _api_client() -> Any:
+def api_client() -> Any:
     try:
         kube_config.load_incluster_config()
         from kubernetes import client  # noqa: PLC0415 - the in-cluster config lands in the default client
@@ -42,7 +42,7 @@ def _api_client() -> Any:
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.posting.level = logging.WARNING  # our own Events say what happened; kopf's would repeat it
     settings.watching.server_timeout = 300
-    kube = Kube(_api_client())
+    kube = Kube(api_client())
     memo["reconciler"] = Reconciler(kube, OperatorSettings.from_env())
     memo["protector"] = Protector(kube)
 

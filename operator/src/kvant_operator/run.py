@@ -6,6 +6,10 @@ import argparse
 import asyncio
 import logging
 import random
+import time
+
+_PEERING_WAIT_S = 300.0
+log = logging.getLogger("kvant.operator")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
 
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.JSON, log_refkey="object")
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
+    if args.peering:
+        wait_for_peering(args.peering, args.namespace)
     metrics.serve(args.metrics_host, args.metrics_port)
     asyncio.run(
         kopf.operator(
@@ -52,3 +58,27 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     return 0
+
+
+def wait_for_peering(name: str, namespaces: list[str]) -> None:
+    """Helm creates custom resources after Deployments, so the peering object may not exist yet.
+    kopf would then run every replica unpeered until its next keep-alive; wait for it instead."""
+    from kubernetes.client import CustomObjectsApi  # noqa: PLC0415
+    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+
+    from kvant_operator.handlers import api_client  # noqa: PLC0415
+
+    custom = CustomObjectsApi(api_client())
+    deadline = time.monotonic() + _PEERING_WAIT_S
+    while True:
+        try:
+            for namespace in namespaces:
+                custom.get_namespaced_custom_object("kopf.dev", "v1", namespace, "kopfpeerings", name)
+            if not namespaces:
+                custom.get_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", name)
+            return
+        except ApiException as err:
+            if err.status != 404 or time.monotonic() > deadline:
+                raise
+        log.info("waiting for the peering object %s before leading or standing by", name)
+        time.sleep(2.0)
