@@ -62,13 +62,18 @@ async def model_daemon(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
     reconciler: Reconciler = memo["reconciler"]
     protector = ModelProtection(memo["protector"])
     settings = reconciler.settings
-    failures = 0
+    failures, woken, last_resync, settled = 0, True, 0.0, False
     while not stopped:
         interval = settings.idle_interval
         try:
             plain = _plain(body)
             protection = await asyncio.to_thread(protector.step_if_due, plain)
-            outcome = await asyncio.to_thread(_reconcile_once, reconciler, plain, protection)
+            # A settled model is re-applied only when something may have changed: a watch event
+            # woke it, or a periodic resync is due (which also repairs objects edited by hand).
+            resync = woken or not settled or time.monotonic() - last_resync > settings.resync_interval
+            outcome = await asyncio.to_thread(_reconcile_once, reconciler, plain, protection, resync)
+            last_resync = time.monotonic() if resync else last_resync
+            settled = not outcome.busy
             interval = min(
                 settings.busy_interval if outcome.busy else settings.idle_interval,
                 protector.seconds_to_next(),
@@ -90,8 +95,9 @@ async def model_daemon(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
         try:
             await asyncio.wait_for(wakeup.wait(), timeout=interval)
             metrics.PENDING.dec()
+            woken = True
         except TimeoutError:
-            pass
+            woken = False
         wakeup.clear()
     _phases.pop((body["metadata"]["namespace"], body["metadata"]["name"]), None)
     _publish_phase_counts()
@@ -108,8 +114,8 @@ class ModelProtection:
 
     def step_if_due(self, body: dict[str, Any]) -> ProtectionResult | None:
         now = time.monotonic()
-        if now < self.next_due:
-            return None
+        if now < self.next_due or not (body.get("status") or {}).get("readyReplicas"):
+            return None  # not due, or nothing serves: there is nothing to measure
         try:
             spec = QuantizedModel.model_validate(body).spec
         except ValueError:
@@ -123,10 +129,10 @@ class ModelProtection:
 
 
 def _reconcile_once(
-    reconciler: Reconciler, body: dict[str, Any], protection: ProtectionResult | None
+    reconciler: Reconciler, body: dict[str, Any], protection: ProtectionResult | None, resync: bool
 ) -> Outcome:
     started = time.monotonic()
-    outcome = reconciler.reconcile(body, protection)
+    outcome = reconciler.reconcile(body, protection, resync)
     meta = body["metadata"]
     if _changed(body.get("status") or {}, outcome.status):
         reconciler.kube.patch_status(meta["namespace"], meta["name"], outcome.status)

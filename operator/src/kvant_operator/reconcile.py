@@ -101,6 +101,8 @@ class Pass:
     plan: PlanStatus | None = None
     artifact: ArtifactStatus | None = None
     protection: ProtectionResult | None = None
+    resync: bool = True  # apply every serving object; False: only read the rollout (settled, unchanged)
+    replicas: tuple[int, int] | None = None  # (existing, ready) serving replicas
     events: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
@@ -115,8 +117,9 @@ class Reconciler:
     def __init__(self, kube: Kube, settings: OperatorSettings) -> None:
         self.kube, self.settings = kube, settings
 
-    def reconcile(self, body: Obj, protection: Protection = None) -> Outcome:
-        """`protection` is this pass's protection step, when one ran; it joins the same status write."""
+    def reconcile(self, body: Obj, protection: Protection = None, resync: bool = True) -> Outcome:
+        """`protection` is this pass's protection step, when one ran; it joins the same status write.
+        `resync` False skips re-applying serving objects: the caller knows nothing changed since."""
         status = body.get("status") or {}
         generation = int(body["metadata"].get("generation", 0))
         previous = [Condition.model_validate(c) for c in status.get("conditions") or []]
@@ -132,6 +135,7 @@ class Reconciler:
             plan=PlanStatus.model_validate(status["plan"]) if status.get("plan") else None,
             artifact=ArtifactStatus.model_validate(status["artifact"]) if status.get("artifact") else None,
             protection=protection,
+            resync=resync,
         )
         try:
             self._plan(p)
@@ -431,7 +435,10 @@ class Reconciler:
 
     def _serve(self, p: Pass) -> tuple[Phase, bool]:
         assert p.plan is not None and p.artifact is not None
-        for obj in self._serving_objects(p):
+        objects = self._serving_objects(p)
+        if not p.resync:  # settled and unchanged: only protection may have moved the limits
+            objects = [o for o in objects if o["kind"] == "ConfigMap"] if p.protection is not None else []
+        for obj in objects:
             self.kube.ensure(with_applied_hash(obj))
         return self._rollout_status(p)
 
@@ -459,12 +466,15 @@ class Reconciler:
 
     def _rollout_status(self, p: Pass) -> tuple[Phase, bool]:
         namespace, model = p.body["metadata"]["namespace"], p.body["metadata"]["name"]
-        pending = []
+        pending, existing, ready = [], 0, 0
         for role in roles(p.spec):
             live = self.kube.get("apps/v1", "Deployment", namespace, workload_name(model, role)) or {}
+            existing += (live.get("status") or {}).get("replicas", 0)
+            ready += (live.get("status") or {}).get("readyReplicas", 0)
             waiting = _rollout_pending(live, role.replicas)
             if waiting:
                 pending.append(f"{role.name}: {waiting}")
+        p.replicas = (existing, ready)
         if pending:
             message = "; ".join(pending)
             p.condition(ConditionType.READY, False, "RollingOut", message)
@@ -524,6 +534,8 @@ class Reconciler:
             status["plan"] = p.plan.model_dump(mode="json", by_alias=True, exclude_none=True)
         if p is not None and p.artifact is not None:
             status["artifact"] = p.artifact.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if p is not None and p.replicas is not None:
+            status["replicas"], status["readyReplicas"] = p.replicas
         if phase.value != (body.get("status") or {}).get("phase"):
             kind = "Warning" if phase in (Phase.FAILED, Phase.DEGRADED) else "Normal"
             events.append((kind, f"Phase{phase.value}", _phase_message(log_, phase)))

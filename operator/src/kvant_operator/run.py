@@ -44,6 +44,9 @@ def run(args: argparse.Namespace) -> int:
 
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.JSON, log_refkey="object")
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
+    # kopf logs every watch-event handler call at INFO ("Handler 'wake' succeeded"): one line per
+    # event per model. Kvant logs its own decisions; kopf's warnings and errors still show.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     if args.peering:
         wait_for_peering(args.peering, args.namespace)
     metrics.serve(args.metrics_host, args.metrics_port)

@@ -22,6 +22,7 @@ class OperatorSettings:
     max_conversion_workers: int = 16
     busy_interval: float = 2.0  # seconds between reconciles while work is under way
     idle_interval: float = 30.0  # seconds between reconciles of a settled model
+    resync_interval: float = 300.0  # seconds between full re-applies of a settled, unchanged model
 
     @classmethod
     def from_env(cls) -> OperatorSettings:
@@ -38,6 +39,7 @@ class OperatorSettings:
             ),
             busy_interval=float(os.environ.get("KVANT_BUSY_INTERVAL", defaults.busy_interval)),
             idle_interval=float(os.environ.get("KVANT_IDLE_INTERVAL", defaults.idle_interval)),
+            resync_interval=float(os.environ.get("KVANT_RESYNC_INTERVAL", defaults.resync_interval)),
         )
 
     @property
