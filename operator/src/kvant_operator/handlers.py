@@ -114,14 +114,16 @@ class ModelProtection:
 
     def step_if_due(self, body: dict[str, Any]) -> ProtectionResult | None:
         now = time.monotonic()
-        if now < self.next_due or not (body.get("status") or {}).get("readyReplicas"):
-            return None  # not due, or nothing serves: there is nothing to measure
+        if now < self.next_due:
+            return None
         try:
             spec = QuantizedModel.model_validate(body).spec
         except ValueError:
             return None  # the reconcile reports the invalid spec
         self.interval = float(spec.protection.metrics.interval_seconds)
         self.next_due = now + self.interval
+        if not (body.get("status") or {}).get("readyReplicas"):
+            return None  # nothing serves: there is nothing to measure
         return self.protector.step(body, spec, self.memory, datetime.now(UTC).replace(microsecond=0))
 
     def seconds_to_next(self) -> float:
