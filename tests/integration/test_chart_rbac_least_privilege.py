@@ -22,7 +22,7 @@ OPERATOR_CAN = [  # (verb, resource): every call in kvant_operator/kube.py and k
     ("watch", "quantizedmodels.kvant.dev"),
     ("patch", "quantizedmodels.kvant.dev/status"),
     ("create", "jobs.batch"),
-    ("delete", "jobs.batch"),
+    ("list", "jobs.batch"),
     ("patch", "deployments.apps"),
     ("create", "services"),
     ("patch", "poddisruptionbudgets.policy"),

@@ -63,11 +63,12 @@ credentialsSecret by name, and the kubelet, not the operator, reads it.
 - apiGroups: [kvant.dev]
   resources: [quantizedmodels/finalizers]
   verbs: [update]
-# The plan and artifact Jobs: created once by name, adopted by later models (merge patch of
-# ownerReferences), deleted to retry a failed conversion.
+# The plan, artifact and eval Jobs: created once by name, adopted by later models (merge patch of
+# ownerReferences), and listed by artifact label to find the newest attempt. Failed attempts are
+# kept as evidence, never deleted by the operator.
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [get, create, patch, delete]
+  verbs: [get, list, create, patch]
 # Job pods' exit state, and the JSON result the plan/convert steps print as their last log line.
 - apiGroups: [""]
   resources: [pods]

@@ -94,15 +94,6 @@ class Kube:
         log.info("created %s %s/%s", obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
         return True
 
-    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
-        try:
-            self._resource(api_version, kind).delete(
-                name=name, namespace=namespace, body={"propagationPolicy": "Background"}
-            )
-        except ApiException as err:
-            if err.status != 404:
-                raise
-
     def add_owner(self, api_version: str, kind: str, live: Obj, owner: Obj) -> None:
         owners = live["metadata"].get("ownerReferences") or []
         if any(o.get("uid") == owner["uid"] for o in owners):
