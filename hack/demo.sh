@@ -64,7 +64,7 @@ The local cluster stays up. Try:
   eval "\$($VENV/bin/kvant dev env)"
   kubectl get qm -n demo tiny -o yaml                      # plan, artifact, protection, conditions
   kubectl patch qm tiny -n demo --type=merge -p '{"spec":{"limits":{"maxConcurrency":4}}}'
-  POD_IP=\$(kubectl get pod -n demo -l kvant.dev/model=tiny -o jsonpath='{.items[0].status.podIP}')
+  POD_IP=\$(kubectl get pod -n demo -l kvant.dev/model=tiny,kvant.dev/role -o jsonpath='{.items[0].status.podIP}')
   curl -s http://\$POD_IP:8000/generate -d '{"text":"hello","sampling_params":{"max_new_tokens":8}}'
 Stop it with: make demo-down
 MSG

@@ -79,7 +79,7 @@ class LocalCluster:
             self.prometheus = Prometheus(
                 self.toolchain.prometheus,
                 self.workdir / "prometheus",
-                [pod_discovery_job(self.kubeconfig)],
+                [pod_discovery_job(self.prometheus_targets)],
                 tied_to_parent=self.tied_to_parent,
             )
             self.prometheus.start()

@@ -565,11 +565,14 @@ def _backoff(attempt: int) -> timedelta:
 
 
 def _running_step(pod: Obj) -> str | None:
+    """The step running now or, between steps, the last one that started (steps run in order)."""
     status = pod.get("status") or {}
-    for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
-        if (container.get("state") or {}).get("running"):
-            return str(container["name"])
-    return None
+    started = [
+        str(c["name"])
+        for c in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+        if {"running", "terminated"} & set(c.get("state") or {})
+    ]
+    return started[-1] if started else None
 
 
 def _progress_message(step: str, record: Obj | None) -> str:
