@@ -1,0 +1,48 @@
+"""`kvant dev up|status|env|down`: the demo's cluster comes up detached, answers, and goes away clean."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from kvant_dev.process import is_alive
+
+pytestmark = pytest.mark.cluster
+
+
+def _kvant(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kvant_cli.main", "dev", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_dev_cluster_lifecycle(tmp_path: Path) -> None:
+    env = {**os.environ, "KVANT_DEV_DIR": str(tmp_path / "dev")}
+    up = _kvant("up", "--prometheus", "--gpus-per-node", "4", env=env)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        state = json.loads((tmp_path / "dev" / "state.json").read_text())
+        assert set(state["processes"]) >= {"etcd", "kube-apiserver", "node-agent", "prometheus"}
+        assert all(is_alive(pid) for pid in state["processes"].values())
+
+        status = _kvant("status", env=env)
+        assert status.returncode == 0 and "kvant-gpu-0" in status.stdout and "Ready" in status.stdout
+        assert f"export KUBECONFIG={state['kubeconfig']}" in _kvant("env", env=env).stdout
+        with urllib.request.urlopen(f"{state['prometheus']}/-/ready", timeout=5) as response:
+            assert response.status == 200
+    finally:
+        down = _kvant("down", env=env)
+    assert down.returncode == 0
+    assert not any(is_alive(pid) for pid in state["processes"].values())
+    assert not (tmp_path / "dev").exists()
