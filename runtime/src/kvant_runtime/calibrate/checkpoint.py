@@ -13,7 +13,6 @@ way in, stored formats become plain weights:
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,6 +25,7 @@ from kvant_kernels.int4 import PackedInt4, decompress_int4
 from kvant_runtime.calibrate.errors import ModelInputError
 from kvant_runtime.convert.errors import ConvertError
 from kvant_runtime.convert.safetensors_io import ShardReader
+from kvant_runtime.jsonfile import read_json_object
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -167,15 +167,7 @@ def _checked(
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError as err:
-        raise ModelInputError(f"{path} is missing; a model directory needs its config.json") from err
-    except (OSError, json.JSONDecodeError) as err:
-        raise ModelInputError(f"{path}: not readable JSON: {err}") from err
-    if not isinstance(data, dict):
-        raise ModelInputError(f"{path}: expected a JSON object")
-    return data
+    return read_json_object(path, ModelInputError, "model directory")
 
 
 def _weight_map(directory: Path) -> dict[str, str]:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kvant_runtime.convert.errors import ConvertError
 from kvant_runtime.convert.safetensors_io import ShardReader
+from kvant_runtime.jsonfile import read_json_object
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -50,15 +50,7 @@ def open_source(directory: Path) -> SourceCheckpoint:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError as err:
-        raise ConvertError(f"{path} is missing; a checkpoint directory needs its config.json") from err
-    except (OSError, json.JSONDecodeError) as err:
-        raise ConvertError(f"{path}: not readable JSON: {err}") from err
-    if not isinstance(data, dict):
-        raise ConvertError(f"{path}: expected a JSON object")
-    return data
+    return read_json_object(path, ConvertError, "checkpoint directory")
 
 
 def _source_format(config_path: Path, config: dict[str, Any]) -> tuple[int, int] | None:
