@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 from tests.startup_report import report_startup
+from tests.tiny_checkpoints import tiny_checkpoint as shared_tiny_checkpoint
 
 from kvant_dev.cluster import LocalCluster
 from kvant_dev.netutil import free_port, http_ok, wait_until
@@ -99,14 +99,9 @@ def operator(
 
 
 @pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("models") / "tiny-llama"
-    subprocess.run(
-        [sys.executable, "-m", "kvant_cli.main", "tiny-model", str(path), "--arch", "llama"],
-        check=True,
-        capture_output=True,
-    )
-    return path
+def tiny_checkpoint() -> Path:
+    """The session's tiny Llama checkpoint, shared with the unit tests (read-only: copy to change it)."""
+    return shared_tiny_checkpoint("llama")
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +33,7 @@ from kvant_operator.artifact import digest
 from kvant_operator.planner.checkpoint import load_checkpoint
 from kvant_operator.planner.plan import PlanRequest, make_plan
 from kvant_operator.render.jobs import plan_inputs
+from kvant_runtime.tinymodel import make_tiny_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 NS = "bench"
@@ -86,11 +86,7 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kvant-bench-operator-"))
     checkpoint = work / "tiny"
-    subprocess.run(
-        [sys.executable, "-m", "kvant_cli.main", "tiny-model", str(checkpoint)],
-        check=True,
-        capture_output=True,
-    )
+    make_tiny_checkpoint(checkpoint)
     cluster = LocalCluster(work / "cluster")
     try:
         cluster.start_core()

@@ -28,6 +28,7 @@ from kvant_operator.api.spec import KvCacheDtype, WeightFormat
 from kvant_operator.planner.checkpoint import load_checkpoint
 from kvant_operator.planner.plan import PlanRequest, make_plan
 from kvant_operator.planner.sizing import gpu_memory_for_tokens
+from kvant_runtime.tinymodel import make_tiny_checkpoint
 
 PROMPT, NEW, SLO = 400, 200, 8.0
 LIMITS = {
@@ -117,11 +118,7 @@ def main() -> None:
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="kvant-bench-protection-"))
     checkpoint = workdir / "tiny"
-    subprocess.run(
-        [sys.executable, "-m", "kvant_cli.main", "tiny-model", str(checkpoint)],
-        check=True,
-        capture_output=True,
-    )
+    make_tiny_checkpoint(checkpoint)
     capacity = plan_capacities(checkpoint, args.bf16_tokens)
     one_x = max(1, capacity["bf16"] // (PROMPT + NEW))
     rows = []

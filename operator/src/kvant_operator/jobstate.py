@@ -46,6 +46,15 @@ def job_pods(kube: Kube, job: Obj) -> list[Obj]:
     return sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")
 
 
+def last_pod_log(kube: Kube, job: Obj, container: str, tail_lines: int | None = None) -> str:
+    """The log of `container` in the Job's newest pod (the one whose result counts)."""
+    pods = job_pods(kube, job)
+    if not pods:
+        return ""
+    meta = pods[-1]["metadata"]
+    return kube.pod_log(meta["namespace"], meta["name"], container, tail_lines)
+
+
 def last_json_line(text: str, required_key: str) -> Obj | None:
     """The last line of `text` that is a JSON object holding `required_key`."""
     for raw in reversed(text.strip().splitlines()):

@@ -81,18 +81,21 @@ class Kube:
         log.info("applied %s %s/%s", obj["kind"], meta["namespace"], meta["name"])
         return True
 
-    def create(self, obj: Obj) -> bool:
-        """Creates `obj`; False when it already exists (names are deterministic, so that is success)."""
+    def create(self, obj: Obj) -> Obj | None:
+        """Creates `obj` and returns it as stored; None when it already exists (names are
+        deterministic, so that is success)."""
         try:
-            self._resource(obj["apiVersion"], obj["kind"]).create(
-                body=obj, namespace=obj["metadata"]["namespace"]
+            created: Obj = (
+                self._resource(obj["apiVersion"], obj["kind"])
+                .create(body=obj, namespace=obj["metadata"]["namespace"])
+                .to_dict()
             )
         except ApiException as err:
             if err.status == 409:
-                return False
+                return None
             raise
         log.info("created %s %s/%s", obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
-        return True
+        return created
 
     def add_owner(self, api_version: str, kind: str, live: Obj, owner: Obj) -> None:
         owners = live["metadata"].get("ownerReferences") or []

@@ -29,7 +29,14 @@ from kvant_operator.artifact import (
     needs_conversion,
     source_location,
 )
-from kvant_operator.jobstate import JobPhase, failure_detail, job_pods, job_state, last_json_line
+from kvant_operator.jobstate import (
+    JobPhase,
+    failure_detail,
+    job_pods,
+    job_state,
+    last_json_line,
+    last_pod_log,
+)
 from kvant_operator.kube import Kube
 from kvant_operator.planner.plan import CapacityPlan
 from kvant_operator.protection.loop import ProtectionResult
@@ -178,8 +185,7 @@ class Reconciler:
         p.events.append(("Normal", "Planned", _plan_summary(p.plan)))
 
     def _read_plan(self, job: Obj, inputs: str) -> PlanStatus:
-        pod = job_pods(self.kube, job)[-1]
-        text = self.kube.pod_log(pod["metadata"]["namespace"], pod["metadata"]["name"], "plan")
+        text = last_pod_log(self.kube, job, "plan")
         plan = CapacityPlan.model_validate(json.loads(text)).to_status()
         return plan.model_copy(update={"inputs": inputs})
 
@@ -282,7 +288,7 @@ class Reconciler:
         raise Blocked(Phase.CONVERTING)
 
     def _create(self, p: Pass, job: Obj) -> None:
-        if self.kube.create(job):
+        if self.kube.create(job) is not None:
             p.events.append(("Normal", "ArtifactJobCreated", f"job {job['metadata']['name']}"))
 
     def _artifact_running(self, p: Pass, job: Obj) -> None:
@@ -334,14 +340,8 @@ class Reconciler:
         raise Blocked(Phase.CONVERTING if p.artifact is None else Phase.DEGRADED)
 
     def _record_artifact(self, p: Pass, job: Obj, key: str) -> Obj:
-        pod = job_pods(self.kube, job)[-1]
         last = "calibrate" if needs_calibration(p.spec) else "convert"
-        result = (
-            last_json_line(
-                self.kube.pod_log(pod["metadata"]["namespace"], pod["metadata"]["name"], last, 50), "digest"
-            )
-            or {}
-        )
+        result = last_json_line(last_pod_log(self.kube, job, last, 50), "digest") or {}
         artifact = ArtifactStatus(
             uri=artifact_uri(p.spec, self.settings, key),
             digest=str(result.get("digest", "")),
@@ -418,8 +418,7 @@ class Reconciler:
             raise Blocked(Phase.DEGRADED, busy=False)
 
     def _eval_result(self, job: Obj, name: str, threshold: float) -> tuple[bool, str]:
-        pod = job_pods(self.kube, job)[-1]
-        text = self.kube.pod_log(pod["metadata"]["namespace"], pod["metadata"]["name"], "eval", 50)
+        text = last_pod_log(self.kube, job, "eval", 50)
         result = last_json_line(text, "meanKLDivergence") or {}
         if not result:
             return False, f"job {name} gave no result: {failure_detail(self.kube, job)}"
@@ -489,10 +488,7 @@ class Reconciler:
     def _ensure_job(self, job: Obj) -> Obj:
         meta = job["metadata"]
         live = self.kube.get("batch/v1", "Job", meta["namespace"], meta["name"])
-        if live is None:
-            self.kube.create(job)
-            live = self.kube.get("batch/v1", "Job", meta["namespace"], meta["name"]) or job
-        return live
+        return live or self.kube.create(job) or job
 
     def _ready_while_blocked(self, p: Pass, phase: Phase) -> None:
         """While a new generation converts or plans, the previous Deployment may still serve."""
