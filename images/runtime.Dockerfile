@@ -8,13 +8,18 @@ FROM lmsysorg/sglang:v0.5.23-cu129
 ENV PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /opt/kvant
+COPY constraints.txt ./
 COPY cli/ cli/
 COPY kernels/ kernels/
 COPY runtime/ runtime/
 # --no-deps: SGLang's image already carries torch, transformers, safetensors, compressed-tensors,
 # aiohttp, numpy and prometheus-client built for its CUDA; reinstalling them would replace its torch.
 # The import check fails the build if one of them is missing.
-RUN pip install --no-cache-dir --no-deps ./cli ./kernels ./runtime \
+# numba (the converter's INT4 kernel) is the one addition; its kernels are compiled here, into the
+# package's on-disk cache, so no converter pod pays the compile.
+RUN pip install --no-cache-dir --no-deps -c constraints.txt numba llvmlite ./cli ./kernels ./runtime \
     && python -c "import kvant_runtime.commands, kvant_kernels, compressed_tensors, safetensors, aiohttp, yaml, prometheus_client" \
+    && python -c "import numpy as np; from kvant_kernels.int4 import quantize_pack; \
+quantize_pack(np.zeros((1, 32), np.uint16), 'BF16', 32); quantize_pack(np.zeros((1, 32), np.float32), 'F32', 32, 'BF16')" \
     && kvant --help > /dev/null
 ENTRYPOINT ["kvant"]

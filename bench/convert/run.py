@@ -1,6 +1,6 @@
 """Conversion benchmark: kvant convert vs the physical floor vs llm-compressor's model_free_ptq.
 
-    python bench/convert/run.py --workdir /tmp/kvant-bench [--peer-path DIR]
+    python bench/convert/run.py --workdir /tmp/kvant-bench [--peer-path DIR] [--json FILE]
 
 Generates (once) a Llama-style bf16 checkpoint of about 2.2 GB, then times in one run:
 - the floor: reading every source byte, then writing as many bytes as kvant's output (fsync'd);
@@ -9,6 +9,10 @@ Generates (once) a Llama-style bf16 checkpoint of about 2.2 GB, then times in on
 Each tool runs as its own process; wall time and that process's peak RSS (wait4) are recorded, and
 so is a process that only imports the tool, to separate startup from conversion.
 Finally every tensor of the peer's output is compared with kvant's, bit for bit.
+
+This process imports nothing heavy before the timings: Linux counts the RSS of the process that
+spawned a child into the child's peak RSS (exec records the old address space's high-water mark),
+so a parent holding torch would inflate every number by ~0.7 GB.
 `--peer-path` is prepended to PYTHONPATH for the peer (llm-compressor installed there).
 """
 
@@ -24,11 +28,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-from safetensors import safe_open
-
-from kvant_runtime.tinymodel import make_tiny_checkpoint
-
 # ~1.08 B parameters: 24 layers x (attention 10.5 M + MLP 34.6 M), bf16.
 BENCH_MODEL = {
     "hidden_size": 2048,
@@ -40,6 +39,20 @@ BENCH_MODEL = {
 }
 SHARDS = 5
 CHUNK = 64 * 1024 * 1024
+
+
+_GENERATE = """
+import json, sys
+from pathlib import Path
+from kvant_runtime.tinymodel import make_tiny_checkpoint
+make_tiny_checkpoint(Path(sys.argv[1]), "llama", "bf16", int(sys.argv[2]), 0, **json.loads(sys.argv[3]))
+"""
+
+
+def generate_source(source: Path) -> None:
+    """Writes the bench checkpoint from a child process, so torch never loads in this one."""
+    model = json.dumps(BENCH_MODEL)
+    subprocess.run([sys.executable, "-c", _GENERATE, str(source), str(SHARDS), model], check=True)
 
 
 def timed(command: list[str], env: dict[str, str] | None = None) -> dict[str, float]:
@@ -78,6 +91,8 @@ def floor(source: Path, write_bytes: int, scratch: Path) -> dict[str, float]:
 
 def tensors_equal(ours: Path, peer: Path) -> dict[str, Any]:
     """Bit-for-bit comparison of every tensor both outputs hold; lists the names only one has."""
+    import torch  # noqa: PLC0415 (only after the timings: see the module docstring)
+    from safetensors import safe_open  # noqa: PLC0415
 
     def names(directory: Path) -> dict[str, str]:
         weight_map: dict[str, str] = json.loads((directory / "model.safetensors.index.json").read_text())[
@@ -107,10 +122,11 @@ def main() -> None:
     parser.add_argument(
         "--peer-path", help="directory with llm-compressor, prepended to PYTHONPATH for the peer"
     )
+    parser.add_argument("--json", type=Path, help="also write the results as JSON to this file")
     args = parser.parse_args()
     source, ours, peer = args.workdir / "source", args.workdir / "kvant", args.workdir / "peer"
     if not (source / "model.safetensors.index.json").is_file():
-        make_tiny_checkpoint(source, "llama", "bf16", SHARDS, 0, **BENCH_MODEL)
+        generate_source(source)
     for stale in (ours, peer):
         shutil.rmtree(stale, ignore_errors=True)
     source_bytes = sum(p.stat().st_size for p in source.glob("*.safetensors"))
@@ -128,7 +144,7 @@ def main() -> None:
         peer_code = (
             "from llmcompressor import model_free_ptq; "
             f"model_free_ptq({str(source)!r}, {str(peer)!r}, scheme='W4A16', "
-            "ignore=['lm_head', 'model.embed_tokens'], max_workers=2, device='cpu')"
+            f"ignore=['lm_head', 'model.embed_tokens'], max_workers={os.cpu_count()}, device='cpu')"
         )
         results["peer"] = timed([sys.executable, "-c", peer_code], env=env)
         results["peer"]["outputBytes"] = dir_bytes(peer)
@@ -141,7 +157,28 @@ def main() -> None:
         results["outputsEqual"] = tensors_equal(ours, peer)
     else:
         results["ratios"] = {"kvantOverFloor": round(kvant["wallSeconds"] / physical["wallSeconds"], 2)}
-    print(json.dumps(results, indent=2))
+    print_table(results)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+
+
+def print_table(results: dict[str, Any]) -> None:
+    floor_s = results["floor"]["wallSeconds"]
+    print(f"source {results['sourceBytes'] / 1e9:.2f} GB, {os.cpu_count()} cores; floor {floor_s:.2f} s")
+    print("| tool | wall s | x floor | peak RSS GB | output GB | import only: s / RSS GB |")
+    print("|---|---|---|---|---|---|")
+    for label, key in (("kvant convert", "kvant"), ("llm-compressor model_free_ptq", "peer")):
+        if key in results:
+            row = results[key]
+            print(
+                f"| {label} | {row['wallSeconds']:.2f} | {row['wallSeconds'] / floor_s:.2f} | "
+                f"{row['peakRssGB']:.3f} | {row['outputBytes'] / 1e9:.3f} | "
+                f"{row['importOnly']['wallSeconds']:.2f} / {row['importOnly']['peakRssGB']:.3f} |"
+            )
+    print("ratios:", json.dumps(results["ratios"]))
+    if "outputsEqual" in results:
+        equal = results["outputsEqual"]
+        print(f"tensors compared {equal['compared']}, different {len(equal['different'])}")
 
 
 if __name__ == "__main__":

@@ -8,8 +8,9 @@ from typing import Any
 
 import torch
 
+from kvant_kernels.tensors import DTYPE_NAMES, from_raw
 from kvant_runtime.calibrate.calibrator import Options, calibrate
-from kvant_runtime.convert.safetensors_io import DTYPE_NAMES, ShardReader
+from kvant_runtime.convert.safetensors_io import ShardReader
 from kvant_runtime.evaluate.evaluator import Options as EvalOptions
 from kvant_runtime.evaluate.evaluator import evaluate
 from tests.tiny_checkpoints import tiny_checkpoint
@@ -56,6 +57,6 @@ def overwrite_tensor(directory: Path, name: str, value: torch.Tensor) -> None:
 def read_tensor(directory: Path, name: str) -> torch.Tensor:
     reader = ShardReader(directory / weight_map(directory)[name])
     try:
-        return reader.read(name).clone()
+        return from_raw(reader.read(name), reader.tensors[name].dtype).clone()
     finally:
         reader.close()

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from kvant_kernels.fp8 import FP8_E4M3_MAX
-from kvant_kernels.kv_scales import KV_CACHE_SCHEME, SAFETY_MARGIN
+from kvant_kernels.kv_cache_scheme import KV_CACHE_SCHEME
+from kvant_kernels.kv_scales import SAFETY_MARGIN
 from kvant_runtime.calibrate.artifact import SCALES_FILE
 from kvant_runtime.calibrate.calibrator import calibrate
 from kvant_runtime.convert.staging import STAGING_DIR

@@ -9,7 +9,7 @@ from compressed_tensors.quantization import QuantizationConfig, QuantizationSche
 from compressed_tensors.quantization.lifecycle.forward import fake_quantize, quantize
 from compressed_tensors.quantization.utils.helpers import calculate_qparams
 
-from kvant_kernels.fp8_block import dequantize_fp8_block
+from kvant_kernels.tensors import dequantize_fp8_block
 from tests.tiny_checkpoints import tiny_checkpoint
 from tests.unit.convert_harness import convert, quantized_modules, tensors
 

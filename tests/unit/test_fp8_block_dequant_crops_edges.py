@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kvant_kernels.fp8 import FP8_E4M3
-from kvant_kernels.fp8_block import dequantize_fp8_block, quantize_fp8_block
+from kvant_kernels.tensors import dequantize_fp8_block, quantize_fp8_block
 
 
 def blockwise_reference(weight: torch.Tensor, scale_inv: torch.Tensor) -> torch.Tensor:

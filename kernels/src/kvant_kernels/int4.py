@@ -1,22 +1,31 @@
-"""Symmetric INT4 group quantization in compressed-tensors' `pack-quantized` layout.
+"""Symmetric INT4 group quantization into compressed-tensors' `pack-quantized` layout, without torch.
 
 Layout per Linear weight `[out, in]`:
 - `weight_packed` int32 `[out, in/8]`: nibble `k` sits in bits `4*(k%8)` of word `k//8`, stored as q+8;
-- `weight_scale` `[out, in/group]`;
+- `weight_scale` `[out, in/group]`, in the scale dtype;
 - `weight_shape` int64 `[2]`.
 
-The arithmetic follows compressed-tensors 0.20.1's CPU path step by step so the result is
-bit-exact with its quantizer: the scale is `absmax / 7.5` computed in the scale dtype (by default the
-weight's own dtype), a zero scale becomes that dtype's eps, and `weight / scale` is evaluated in the
-promoted dtype of the two before clamping to [-8, 7] and rounding half to even.
+The arithmetic reproduces compressed-tensors 0.20.1's CPU path (torch) bit for bit:
+- scale = absmax / 7.5, divided in float32 and rounded once into the scale dtype; a zero scale
+  becomes that dtype's eps;
+- q = weight / scale, divided in float32 and rounded into the promoted dtype of weight and scale
+  (torch computes bf16/fp16 arithmetic in float32 and rounds the result), then clamped to
+  [-8, 7] and rounded half to even.
+
+One fused pass per row (load, absmax, divide, round, pack) instead of torch's chain of full-size
+temporaries: the converter is compute-bound here, and this module keeps torch (~0.7 GB of RSS on
+import) out of the converter process. Tensors are raw bit patterns (`uint16` for BF16/F16,
+`float32` for F32) named by their safetensors dtype, so no dtype needs numpy support.
+The kernel is compiled by numba on first use and cached on disk (`NUMBA_CACHE_DIR`).
 """
 
 from __future__ import annotations
 
-import sys
-from dataclasses import dataclass
+import math
 
-import torch
+import numba
+import numpy as np
+import numpy.typing as npt
 
 INT4_MIN = -8
 INT4_MAX = 7
@@ -26,13 +35,26 @@ NIBBLES_PER_WORD = 8
 GROUP_SIZES = (32, 64, 128)
 
 
-@dataclass(frozen=True)
-class PackedInt4:
-    """One Linear weight in `pack-quantized` form, named as the checkpoint names its tensors."""
+class FloatFormat:
+    """A binary float format the kernel rounds into: mantissa bits, smallest normal exponent, eps."""
 
-    weight_packed: torch.Tensor
-    weight_scale: torch.Tensor
-    weight_shape: torch.Tensor
+    def __init__(self, mantissa_bits: int, min_exponent: int, raw: type[np.generic]) -> None:
+        self.mantissa_bits = mantissa_bits
+        self.min_exponent = min_exponent
+        self.eps = 2.0**-mantissa_bits
+        self.raw = raw
+
+    @property
+    def kernel_args(self) -> tuple[int, int, float]:
+        """What the numba kernel needs of the format, as one plain tuple."""
+        return self.mantissa_bits, self.min_exponent, self.eps
+
+
+FORMATS: dict[str, FloatFormat] = {
+    "BF16": FloatFormat(7, -126, np.uint16),
+    "F16": FloatFormat(10, -14, np.float16),
+    "F32": FloatFormat(23, -126, np.float32),
+}
 
 
 def check_groupable(shape: tuple[int, ...], group_size: int) -> None:
@@ -46,93 +68,126 @@ def check_groupable(shape: tuple[int, ...], group_size: int) -> None:
         )
 
 
-def group_scales(
-    weight: torch.Tensor, group_size: int, scale_dtype: torch.dtype | None = None
-) -> torch.Tensor:
-    """Symmetric per-group scales `[out, in/group]`: absmax / 7.5, zeros replaced by the dtype's eps."""
+def quantize_pack(
+    weight: npt.NDArray[np.generic], dtype: str, group_size: int, scale_dtype: str | None = None
+) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.generic]]:
+    """(`weight_packed`, `weight_scale`) for a raw `[out, in]` weight of safetensors dtype `dtype`.
+
+    `weight` holds BF16 as uint16 bits, F16 as float16 (or its uint16 bits), F32 as float32;
+    the scale comes back in the same raw form for `scale_dtype` (default: the weight's dtype).
+    """
     check_groupable(tuple(weight.shape), group_size)
-    groups = _grouped(weight, group_size)
-    absmax = torch.maximum(groups.amax(dim=-1), -groups.amin(dim=-1))  # |w| max without a full-size temporary
-    dtype = scale_dtype or weight.dtype
-    # Divide in the weight's dtype when it is the scale dtype, as compressed-tensors does; otherwise
-    # divide in fp32 and round the scale once into the dtype it is stored in.
-    if dtype == weight.dtype:
-        scale = absmax / SYMMETRIC_DIVISOR
-    else:
-        scale = (absmax.float() / SYMMETRIC_DIVISOR).to(dtype)
-    return scale.masked_fill_(scale == 0, torch.finfo(dtype).eps)
-
-
-def _grouped(weight: torch.Tensor, group_size: int) -> torch.Tensor:
-    """`[out, in]` viewed as `[out, in/group, group]`."""
-    return weight.reshape(weight.shape[0], -1, group_size)
-
-
-def _unsigned_codes(weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """q + 8 as uint8 `[out, in]`, q = round(clamp(weight / scale, -8, 7)); in place after the divide."""
-    group_size = weight.shape[-1] // scale.shape[-1]
-    scaled = _grouped(weight, group_size) / scale.unsqueeze(-1)
-    # Integers in [-8, 15] are exact in every float dtype, so the offset adds no rounding.
-    unsigned = scaled.clamp_(INT4_MIN, INT4_MAX).round_().sub_(INT4_MIN).to(torch.uint8)
-    return unsigned.view(weight.shape)
-
-
-def _pack_unsigned(unsigned: torch.Tensor) -> torch.Tensor:
-    rows, cols = unsigned.shape
-    if cols % NIBBLES_PER_WORD != 0:
-        raise ValueError(f"cannot pack {cols} columns into int32 words: not a multiple of {NIBBLES_PER_WORD}")
-    pairs = unsigned.view(rows, -1, 2)
-    packed_bytes = pairs[..., 1] << 4
-    packed_bytes |= pairs[..., 0]
-    if sys.byteorder == "big":
-        packed_bytes = packed_bytes.view(rows, -1, 4).flip(-1).reshape(rows, -1)
-    return packed_bytes.contiguous().view(torch.int32)
-
-
-def quantize_int4(weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """Integer codes in [-8, 7] as int8 `[out, in]` for a weight and its group scales."""
-    return _unsigned_codes(weight, scale).view(torch.int8) + INT4_MIN
-
-
-def pack_int4(codes: torch.Tensor) -> torch.Tensor:
-    """Packs int8 codes `[out, in]` into int32 words `[out, in/8]` (nibble k at bits 4*(k%8), as q+8)."""
-    return _pack_unsigned((codes - INT4_MIN).view(torch.uint8))
-
-
-def unpack_int4(packed: torch.Tensor, cols: int) -> torch.Tensor:
-    """Inverse of `pack_int4`: int8 codes `[out, cols]`."""
-    rows = packed.shape[0]
-    packed_bytes = packed.contiguous().view(torch.uint8)
-    if sys.byteorder == "big":
-        packed_bytes = packed_bytes.view(rows, -1, 4).flip(-1).reshape(rows, -1)
-    nibbles = torch.stack((packed_bytes & 0xF, packed_bytes >> 4), dim=-1).view(rows, -1)[:, :cols]
-    return nibbles.to(torch.int8) + INT4_MIN
-
-
-def compress_int4(
-    weight: torch.Tensor, group_size: int, scale_dtype: torch.dtype | None = None
-) -> PackedInt4:
-    """Quantizes and packs one Linear weight; `scale_dtype` defaults to the weight's dtype."""
-    scale = group_scales(weight, group_size, scale_dtype)
-    return PackedInt4(
-        weight_packed=_pack_unsigned(_unsigned_codes(weight, scale)),
-        weight_scale=scale,
-        weight_shape=torch.tensor(list(weight.shape), dtype=torch.int64),
+    scale_dtype = scale_dtype or dtype
+    rows, cols = weight.shape
+    packed = np.empty((rows, cols // NIBBLES_PER_WORD), dtype=np.uint32)
+    scale = np.empty((rows, cols // group_size), dtype=np.float32)
+    _quantize_pack_rows(
+        *_float32_bits(weight, dtype),
+        group_size,
+        _quotient_shift(dtype, scale_dtype),
+        FORMATS[scale_dtype].kernel_args,
+        packed,
+        scale,
     )
+    return packed.view(np.int32), _raw_scale(scale, scale_dtype)
 
 
-def decompress_int4(packed: PackedInt4) -> torch.Tensor:
-    """Dequantized weight in the scale's dtype, as compressed-tensors decompresses it."""
-    cols = int(packed.weight_shape[-1])
-    scale = packed.weight_scale
-    group_size = cols // scale.shape[-1]
-    codes = unpack_int4(packed.weight_packed, cols).to(scale.dtype)
-    dequantized: torch.Tensor = (_grouped(codes, group_size) * scale.unsqueeze(-1)).flatten(start_dim=-2)
-    return dequantized
+def _float32_bits(weight: npt.NDArray[np.generic], dtype: str) -> tuple[npt.NDArray[np.generic], int]:
+    """The weight as unsigned bits plus the left shift that turns them into float32 bits."""
+    contiguous = np.ascontiguousarray(weight)
+    if dtype == "BF16":
+        return contiguous.view(np.uint16), 16
+    if dtype == "F16":  # fp16 → fp32 is exact; numba has no fp16 arithmetic on CPU
+        return contiguous.view(np.float16).astype(np.float32).view(np.uint32), 0
+    if dtype == "F32":
+        return contiguous.view(np.uint32), 0
+    raise ValueError(f"cannot quantize dtype {dtype} to INT4 (supported: {', '.join(FORMATS)})")
 
 
-def fake_quantize_int4(
-    weight: torch.Tensor, group_size: int, scale_dtype: torch.dtype | None = None
-) -> torch.Tensor:
-    """Quantize then dequantize: the weight an INT4 model really computes with."""
-    return decompress_int4(compress_int4(weight, group_size, scale_dtype))
+def _quotient_shift(dtype: str, scale_dtype: str) -> int:
+    """Low float32 mantissa bits to round away from weight / scale: torch's promoted dtype."""
+    promoted = dtype if dtype == scale_dtype else "F32"
+    return FORMATS["F32"].mantissa_bits - FORMATS[promoted].mantissa_bits
+
+
+def _raw_scale(scale: npt.NDArray[np.float32], scale_dtype: str) -> npt.NDArray[np.generic]:
+    """float32 scales (already rounded into `scale_dtype`) in that dtype's raw form; exact."""
+    if scale_dtype == "BF16":
+        return (scale.view(np.uint32) >> 16).astype(np.uint16)
+    return scale.astype(FORMATS[scale_dtype].raw)
+
+
+@numba.njit(nogil=True, cache=True)
+def _round_to_format(x: np.float32, mantissa_bits: int, min_exponent: int) -> np.float32:
+    """Rounds a float32 value half-to-even into a format with that many mantissa bits, subnormals included."""
+    if x == 0.0:
+        return np.float32(x)
+    exponent = max(math.frexp(x)[1] - 1, min_exponent)
+    ulp = math.ldexp(1.0, exponent - mantissa_bits)
+    return np.float32(np.rint(x / ulp) * ulp)
+
+
+@numba.njit(nogil=True, cache=True)
+def _row_scales(
+    values: npt.NDArray[np.float32],
+    group_size: int,
+    scale_format: tuple[int, int, float],
+    out: npt.NDArray[np.float32],
+) -> None:
+    mantissa_bits, min_exponent, eps = scale_format
+    divisor = np.float32(SYMMETRIC_DIVISOR)
+    for group in range(out.shape[0]):
+        absmax = np.float32(0.0)
+        for value in values[group * group_size : (group + 1) * group_size]:
+            absmax = max(absmax, abs(value))
+        scale = _round_to_format(absmax / divisor, mantissa_bits, min_exponent)
+        out[group] = scale if scale != 0.0 else np.float32(eps)
+
+
+@numba.njit(nogil=True, cache=True)
+def _round_bits(bits: npt.NDArray[np.uint32], shift: int) -> None:
+    """Round half to even, in place, to float32 bits with the lowest `shift` mantissa bits cleared.
+
+    Exact for every value that can round to a non-zero integer code; for fp16 the values below
+    its normal range (< 2^-14) are rounded as if normal, which still yields code 0.
+    """
+    if shift == 0:
+        return
+    half = np.uint32((1 << (shift - 1)) - 1)
+    keep = np.uint32(~((1 << shift) - 1) & 0xFFFFFFFF)
+    shift_bits, one = np.uint32(shift), np.uint32(1)
+    for i in range(bits.shape[0]):
+        bits[i] = (bits[i] + half + ((bits[i] >> shift_bits) & one)) & keep
+
+
+@numba.njit(nogil=True, cache=True)
+def _quantize_pack_rows(  # noqa: PLR0917 (numba kernels take no keyword-only arguments)
+    source: npt.NDArray[np.generic],
+    shift_in: int,
+    group_size: int,
+    quotient_shift: int,
+    scale_format: tuple[int, int, float],
+    packed: npt.NDArray[np.uint32],
+    scales: npt.NDArray[np.float32],
+) -> None:
+    cols = source.shape[1]
+    bits = np.empty(cols, dtype=np.uint32)
+    values = bits.view(np.float32)
+    low, high = np.float32(INT4_MIN), np.float32(INT4_MAX)
+    widen = np.uint32(shift_in)
+    for row in range(source.shape[0]):
+        for col in range(cols):
+            bits[col] = np.uint32(source[row, col]) << widen
+        _row_scales(values, group_size, scale_format, scales[row])
+        for group in range(scales.shape[1]):
+            scale = scales[row, group]
+            for col in range(group * group_size, (group + 1) * group_size):
+                values[col] = values[col] / scale
+        _round_bits(bits, quotient_shift)
+        for word in range(packed.shape[1]):
+            packed_word = np.uint32(0)
+            for nibble in range(NIBBLES_PER_WORD):
+                value = values[word * NIBBLES_PER_WORD + nibble]
+                code = np.uint32(np.rint(min(max(value, low), high)) - low)
+                packed_word |= code << np.uint32(4 * nibble)
+            packed[row, word] = packed_word

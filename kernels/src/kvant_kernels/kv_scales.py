@@ -16,23 +16,12 @@ does.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 
 from kvant_kernels.fp8 import dequantize_fp8, fp8_scale, quantize_fp8
 
 SAFETY_MARGIN = 2.0
-
-# compressed-tensors' `kv_cache_scheme` for static per-tensor FP8: what SGLang's compressed-tensors
-# loader accepts (`CompressedTensorsKVCacheMethod.is_supported_scheme`) to read k_scale / v_scale.
-KV_CACHE_SCHEME: dict[str, Any] = {
-    "num_bits": 8,
-    "type": "float",
-    "symmetric": True,
-    "strategy": "tensor",
-    "dynamic": False,
-}
 
 
 def kv_cache_scale(absmax: float, margin: float = SAFETY_MARGIN) -> float:

@@ -18,7 +18,8 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast
 
-from kvant_kernels.fp8_block import BLOCK, quantize_fp8_block
+from kvant_kernels.fp8_block import BLOCK
+from kvant_kernels.tensors import quantize_fp8_block
 
 Arch = Literal["llama", "deepseek_v3"]
 Dtype = Literal["bf16", "fp8-block"]

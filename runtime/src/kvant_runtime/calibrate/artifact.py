@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from kvant_kernels.kv_scales import KV_CACHE_SCHEME
+from kvant_kernels.kv_cache_scheme import KV_CACHE_SCHEME
 from kvant_runtime.calibrate.checkpoint import INDEX_FILE, read_json
 from kvant_runtime.calibrate.errors import ModelInputError
 from kvant_runtime.convert.errors import ConvertError

@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from kvant_kernels.kv_scales import KV_CACHE_SCHEME, SAFETY_MARGIN, LayerAbsmax, kv_cache_scale
+from kvant_kernels.kv_cache_scheme import KV_CACHE_SCHEME
+from kvant_kernels.kv_scales import SAFETY_MARGIN, LayerAbsmax, kv_cache_scale
 from kvant_runtime.calibrate import artifact
 from kvant_runtime.calibrate.checkpoint import read_json
 from kvant_runtime.calibrate.data import TokenWindows, token_windows

@@ -20,8 +20,7 @@ from typing import Any
 
 import torch
 
-from kvant_kernels.fp8_block import dequantize_fp8_block
-from kvant_kernels.int4 import PackedInt4, decompress_int4
+from kvant_kernels.tensors import PackedInt4, decompress_int4, dequantize_fp8_block, from_raw
 from kvant_runtime.calibrate.errors import ModelInputError
 from kvant_runtime.convert.errors import ConvertError
 from kvant_runtime.convert.safetensors_io import ShardReader
@@ -68,7 +67,8 @@ class Checkpoint:
             except ConvertError as err:
                 raise ModelInputError(str(err)) from err
         try:
-            return self._readers[shard].read(name)
+            reader = self._readers[shard]
+            return from_raw(reader.read(name), reader.tensors[name].dtype)
         except (ConvertError, KeyError) as err:
             raise ModelInputError(f"{self.directory / shard}: cannot read tensor {name!r}: {err}") from err
 

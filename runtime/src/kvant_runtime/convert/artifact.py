@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from kvant_kernels.kv_scales import KV_CACHE_SCHEME
+from kvant_kernels.kv_cache_scheme import KV_CACHE_SCHEME
 from kvant_runtime.convert.recipe import Recipe
 from kvant_runtime.convert.source import INDEX_FILE, SINGLE_FILE, SourceCheckpoint
 from kvant_runtime.manifest import artifact_digest

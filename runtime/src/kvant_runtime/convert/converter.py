@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from kvant_runtime.convert import artifact
 from kvant_runtime.convert.errors import ConvertError
 from kvant_runtime.convert.progress import Progress
@@ -103,8 +101,6 @@ def _convert_my_shards(job: Job, source: SourceCheckpoint, staging: Staging, pro
         bytes_done=sum(source.shard_bytes(s) for s in done),
     )
     threads = job.threads or os.cpu_count() or 1
-    # The pool parallelises across tensors; torch's own threads would only oversubscribe the cores.
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // threads))
     for shard in mine:
         if shard in done:
             continue

@@ -16,18 +16,22 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-import torch
+import numpy as np
+import numpy.typing as npt
 
+from kvant_kernels.bits import bf16_bits, bf16_values
 from kvant_kernels.fp8_block import dequantize_fp8_block
-from kvant_kernels.int4 import check_groupable, compress_int4
+from kvant_kernels.int4 import check_groupable, quantize_pack
 from kvant_runtime.convert.errors import ConvertError
 from kvant_runtime.convert.recipe import Recipe, is_linear_weight, module_of, should_quantize
-from kvant_runtime.convert.safetensors_io import DTYPES, ShardReader, ShardWriter, TensorInfo, planned
+from kvant_runtime.convert.safetensors_io import ShardReader, ShardWriter, TensorInfo, planned
 from kvant_runtime.convert.source import DENSE_DTYPES, SourceCheckpoint
 
 FP8_SCALE_SUFFIX = "_scale_inv"
 # FP8-block weights that stay unquantized are written in this dtype (dequantized once from fp32).
-FP8_UNQUANTIZED_DTYPE = torch.bfloat16
+FP8_UNQUANTIZED_DTYPE = "BF16"
+# Raw arrays on their way to the writer, by output tensor name; bytearrays are copied tensors.
+Results = list[tuple[str, npt.NDArray[np.generic] | bytearray]]
 
 
 class Action(Enum):
@@ -110,11 +114,11 @@ def _plan_tensor(source: SourceCheckpoint, shard: str, info: TensorInfo, recipe:
 def _int4_outputs(info: TensorInfo, group_size: int, is_fp8: bool) -> tuple[TensorInfo, ...]:
     module = module_of(info.name)
     rows, cols = info.shape
-    scale_dtype = FP8_UNQUANTIZED_DTYPE if is_fp8 else DTYPES[info.dtype]
+    scale_dtype = FP8_UNQUANTIZED_DTYPE if is_fp8 else info.dtype
     return (
-        planned(f"{module}.weight_packed", torch.int32, (rows, cols // 8)),
+        planned(f"{module}.weight_packed", "I32", (rows, cols // 8)),
         planned(f"{module}.weight_scale", scale_dtype, (rows, cols // group_size)),
-        planned(f"{module}.weight_shape", torch.int64, (2,)),
+        planned(f"{module}.weight_shape", "I64", (2,)),
     )
 
 
@@ -135,6 +139,11 @@ class _Readers:
         self._open: dict[str, ShardReader] = {}
         self._lock = threading.Lock()
 
+    @property
+    def fp8_block(self) -> tuple[int, int]:
+        assert self._source.fp8_block is not None, "only FP8-block sources have scale blocks"
+        return self._source.fp8_block
+
     def for_tensor(self, name: str) -> ShardReader:
         return self.for_shard(self._source.weight_map[name])
 
@@ -149,28 +158,42 @@ class _Readers:
             reader.close()
 
 
-def _run_job(
-    job: TensorJob, readers: _Readers, group_size: int
-) -> list[tuple[str, torch.Tensor | bytearray]]:
+def _run_job(job: TensorJob, readers: _Readers, group_size: int) -> Results:
     reader = readers.for_tensor(job.source.name)
     if job.action is Action.COPY:
         return [(job.source.name, reader.read_bytes(job.source.name))]
-    weight = reader.read(job.source.name)
+    weight, dtype = reader.read(job.source.name), job.source.dtype
     try:
         if job.scale_inv is not None:
-            scale_inv = readers.for_tensor(job.scale_inv).read(job.scale_inv)
-            weight = dequantize_fp8_block(weight, scale_inv)
+            weight, dtype = _fp8_block_values(job, weight, readers), "F32"
         if job.action is Action.DEQUANTIZE:
-            return [(job.source.name, weight.to(FP8_UNQUANTIZED_DTYPE))]
-        scale_dtype = DTYPES[job.outputs[1].dtype]
-        packed = compress_int4(weight, group_size, scale_dtype)
+            return [(job.source.name, bf16_bits(weight.view(np.float32)))]
+        packed, scale = quantize_pack(weight, dtype, group_size, job.outputs[1].dtype)
     except ValueError as err:
         raise ConvertError(f"{reader.path}: tensor {job.source.name!r}: {err}") from err
     return [
-        (job.outputs[0].name, packed.weight_packed),
-        (job.outputs[1].name, packed.weight_scale),
-        (job.outputs[2].name, packed.weight_shape),
+        (job.outputs[0].name, packed),
+        (job.outputs[1].name, scale),
+        (job.outputs[2].name, np.array(job.source.shape, dtype=np.int64)),
     ]
+
+
+def _fp8_block_values(
+    job: TensorJob, codes: npt.NDArray[np.generic], readers: _Readers
+) -> npt.NDArray[np.float32]:
+    assert job.scale_inv is not None
+    scale_reader = readers.for_tensor(job.scale_inv)
+    scale_inv = _float32(scale_reader.read(job.scale_inv), scale_reader.tensors[job.scale_inv].dtype)
+    return dequantize_fp8_block(codes.view(np.uint8), scale_inv, readers.fp8_block)
+
+
+def _float32(values: npt.NDArray[np.generic], dtype: str) -> npt.NDArray[np.float32]:
+    """An FP8 scale grid as float32 (DeepSeek-style checkpoints store it as F32, some as BF16)."""
+    if dtype == "BF16":
+        return bf16_values(values.view(np.uint16))
+    if dtype not in ("F32", "F16"):
+        raise ValueError(f"weight_scale_inv has unsupported dtype {dtype} (expected F32, BF16 or F16)")
+    return values.astype(np.float32)
 
 
 def convert_shard(
@@ -216,11 +239,11 @@ def convert_shard(
 
 def _ordered(
     jobs: list[TensorJob],
-    work: Callable[[TensorJob], list[tuple[str, torch.Tensor | bytearray]]],
+    work: Callable[[TensorJob], Results],
     threads: int,
-) -> Iterator[tuple[TensorJob, list[tuple[str, torch.Tensor | bytearray]]]]:
+) -> Iterator[tuple[TensorJob, Results]]:
     """Runs `work` on a pool and yields results in job order, with at most 2 x threads in flight."""
-    window: deque[tuple[TensorJob, Future[list[tuple[str, torch.Tensor | bytearray]]]]] = deque()
+    window: deque[tuple[TensorJob, Future[Results]]] = deque()
     pending = iter(jobs)
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kvant-convert") as pool:
         try:
