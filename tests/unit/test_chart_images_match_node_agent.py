@@ -57,7 +57,7 @@ def test_runtime_image_is_sglang_plus_kvant_runtime():
     text = IMAGES["kvant-runtime"].read_text()
     assert re.search(r"^FROM lmsysorg/sglang:", text, flags=re.MULTILINE)
     copied = re.findall(r"^COPY (\S+)", text, flags=re.MULTILINE)
-    assert sorted(copied) == ["cli/", "kernels/", "runtime/"]
+    assert sorted(copied) == ["cli/", "constraints.txt", "kernels/", "runtime/"]
     pinned = re.search(r"^sglang==(\S+)$", (REPO / "constraints.txt").read_text(), flags=re.MULTILINE)
     assert pinned is not None
     assert f"FROM lmsysorg/sglang:v{pinned.group(1)}-" in text  # the SGLang whose parser validates flags
