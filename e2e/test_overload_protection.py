@@ -2,7 +2,8 @@
 the gate keeps it whole, turns the excess away as 429s, and goodput is higher.
 
 Goodput is output tokens/s of requests completed within the latency SLO (kvant_dev.loadgen). At
-milder overload (1-2x) protection costs goodput in the simulator; see bench/README.md, Protection.
+milder overload (1-2x) protection and `off` serve the same goodput in the simulator: the engine
+queues the excess itself and its queueing delay stays within the SLO; see bench/README.md, Protection.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Admission by KV tokens: Σ (prompt + max new tokens) in flight ≤ targetTokenUsage * capacity."""
+"""Admission by KV tokens: Σ (prompt + max new tokens) in flight ≤ the engine's capacity less the
+prompt estimate's headroom; targetTokenUsage is the local loop's target, not a cap on reservations."""
 
 from __future__ import annotations
 
@@ -6,35 +7,53 @@ import asyncio
 
 from kvant_runtime.gate.admission import Admission
 from kvant_runtime.gate.limits import parse_limits
+from kvant_runtime.tokens import ESTIMATE_HEADROOM
 from tests.unit.gate_harness import KubeletLimitsDir, gate_in_front_of, held_engine, run, until
 
 
-def _admission(**limits: object) -> Admission:
+def _admission(capacity: int = 1000, **limits: object) -> Admission:
     admission = Admission(parse_limits({"maxConcurrency": 100, **limits}))
-    admission.set_token_capacity(1000)
+    admission.set_token_capacity(capacity)
     return admission
 
 
-def test_budget_is_target_fraction_of_engine_capacity():
-    admission = _admission(targetTokenUsage=0.5)
-    assert admission.token_budget == 500
+def test_budget_is_the_capacity_less_the_estimate_headroom_whatever_the_usage_target():
+    for target in (0.5, 0.8, 1.0):
+        admission = _admission(targetTokenUsage=target)
+        assert admission.token_budget == int(1000 * (1 - ESTIMATE_HEADROOM)) == 950
     admission.set_token_capacity(None)
     assert admission.token_budget is None
 
 
+def test_requests_whose_worst_case_fills_the_cache_are_all_admitted_and_one_more_waits():
+    # The protection bench's mix: 400 prompt + 200 new tokens on a 4096-token cache fit 6 at once.
+    async def scenario() -> None:
+        admission = _admission(capacity=4096, targetTokenUsage=0.8)
+        tickets = [await admission.acquire(600) for _ in range(6)]
+        assert (admission.in_flight, admission.in_flight_tokens) == (6, 3600)
+        seventh = asyncio.create_task(admission.acquire(600))
+        await until(lambda: admission.queue_length == 1, "the seventh request to queue")
+        admission.release(tickets.pop())
+        tickets.append(await seventh)
+        for ticket in tickets:
+            admission.release(ticket)
+
+    run(scenario())
+
+
 def test_requests_wait_when_tokens_would_exceed_budget_and_run_when_tokens_free():
     async def scenario() -> None:
-        admission = _admission(targetTokenUsage=0.5)
-        first = await admission.acquire(200)
-        second = await admission.acquire(300)
-        assert (admission.in_flight, admission.in_flight_tokens) == (2, 500)
+        admission = _admission()
+        first = await admission.acquire(450)
+        second = await admission.acquire(500)
+        assert (admission.in_flight, admission.in_flight_tokens) == (2, 950)
         third = asyncio.create_task(admission.acquire(100))
         await until(lambda: admission.queue_length == 1, "the third request to queue")
         assert not third.done()
         admission.release(first)
         ticket = await third
         assert ticket.tokens == 100
-        assert (admission.in_flight, admission.in_flight_tokens) == (2, 400)
+        assert (admission.in_flight, admission.in_flight_tokens) == (2, 600)
         admission.release(second)
         admission.release(ticket)
         assert (admission.in_flight, admission.in_flight_tokens) == (0, 0)
@@ -44,7 +63,7 @@ def test_requests_wait_when_tokens_would_exceed_budget_and_run_when_tokens_free(
 
 def test_a_request_larger_than_the_budget_runs_alone_rather_than_never():
     async def scenario() -> None:
-        admission = _admission(targetTokenUsage=0.5)
+        admission = _admission()
         small = await admission.acquire(10)
         huge = asyncio.create_task(admission.acquire(5000))
         await until(lambda: admission.queue_length == 1, "the huge request to queue")
@@ -61,7 +80,7 @@ def test_a_request_larger_than_the_budget_runs_alone_rather_than_never():
 
 def test_queue_is_strict_fifo_a_large_head_is_not_overtaken():
     async def scenario() -> None:
-        admission = _admission(targetTokenUsage=1.0)
+        admission = _admission()
         holder = await admission.acquire(900)
         large = asyncio.create_task(admission.acquire(500))
         await until(lambda: admission.queue_length == 1, "the large request to queue")
@@ -94,7 +113,7 @@ def test_unknown_engine_capacity_fails_open_on_tokens_but_not_on_concurrency():
 
 def test_learning_a_larger_capacity_admits_waiting_requests():
     async def scenario() -> None:
-        admission = _admission(targetTokenUsage=1.0)
+        admission = _admission()
         holder = await admission.acquire(800)
         waiting = asyncio.create_task(admission.acquire(400))
         await until(lambda: admission.queue_length == 1, "the request to queue on tokens")
@@ -108,7 +127,7 @@ def test_learning_a_larger_capacity_admits_waiting_requests():
 def test_capacity_comes_from_server_info_when_metrics_lack_it(tmp_path):
     async def scenario() -> None:
         limits = KubeletLimitsDir(tmp_path)
-        limits.write({"targetTokenUsage": 0.5})
+        limits.write({})
         async with held_engine() as engine:
             engine.max_total_num_tokens = None
             engine.server_info_tokens = 3000
@@ -116,6 +135,6 @@ def test_capacity_comes_from_server_info_when_metrics_lack_it(tmp_path):
                 await until(
                     lambda: gate.admission.token_capacity == 3000, "the capacity from /get_server_info"
                 )
-                assert gate.admission.token_budget == 1500
+                assert gate.admission.token_budget == int(3000 * (1 - ESTIMATE_HEADROOM))
 
     run(scenario())

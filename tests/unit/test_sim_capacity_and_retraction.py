@@ -40,9 +40,17 @@ def test_kv_and_batch_bounds_hold_at_every_step_and_every_request_completes():
     assert peak_used > 2000  # the workload did press on the capacity
 
 
+def overcommitting_engine() -> Engine:
+    # new_token_ratio=0: a running request reserves none of its remaining output, so the second of
+    # two requests of 100 prompt tokens growing to 100 + 80 is admitted, and together they outgrow
+    # 300 tokens.
+    return Engine(
+        EngineConfig(kv_tokens=300, max_running_requests=8, context_length=1000, new_token_ratio=0.0)
+    )
+
+
 def test_retracted_request_returns_to_the_queue_loses_its_kv_and_still_finishes():
-    # Two requests of 100 prompt tokens growing to 100 + 80: together they outgrow 300 tokens.
-    engine = Engine(EngineConfig(kv_tokens=300, max_running_requests=8, context_length=1000))
+    engine = overcommitting_engine()
     first = engine.submit("a", 100, 80, 0.0, prompt_key="a")
     second = engine.submit("b", 100, 80, 0.0, prompt_key="b")
     retracted = []
@@ -55,7 +63,7 @@ def test_retracted_request_returns_to_the_queue_loses_its_kv_and_still_finishes(
 
 
 def test_a_retracted_request_frees_its_kv_immediately():
-    engine = Engine(EngineConfig(kv_tokens=300, max_running_requests=8, context_length=1000))
+    engine = overcommitting_engine()
     engine.submit("a", 100, 80, 0.0, prompt_key="a")
     engine.submit("b", 100, 80, 0.0, prompt_key="b")
     now = 0.0

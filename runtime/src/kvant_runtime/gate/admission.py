@@ -3,9 +3,14 @@
 A request costs `tokens` = estimated prompt tokens + the new tokens it may generate.
 In `enforce` mode it runs when both hold:
 - in-flight requests < the effective concurrency;
-- in-flight tokens + its tokens ≤ the token budget (targetTokenUsage * the engine's
-  max_total_num_tokens). A request larger than the whole budget runs alone, so it is never
-  starved. While the engine's capacity is unknown the token check is skipped (fail open).
+- in-flight tokens + its tokens ≤ the token budget: the engine's max_total_num_tokens less
+  `ESTIMATE_HEADROOM` for the prompt estimate's error (kvant_runtime.tokens). Each request
+  reserves its whole max_new_tokens, more than the engine ever holds for it, so requests that
+  fit the budget together can never make the engine retract; a lower budget would only turn
+  away requests that fit. (`targetTokenUsage` is the local loop's target for the engine's live
+  token_usage, see `concurrency`, not a cap on reservations.) A request larger than the whole
+  budget runs alone, so it is never starved. While the engine's capacity is unknown the token
+  check is skipped (fail open).
 
 Otherwise it waits in a bounded FIFO queue, at most `queueTimeoutSeconds`. Strict FIFO:
 a large request at the head is not overtaken by smaller ones behind it.
@@ -21,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 
 from kvant_runtime.gate.limits import Limits
+from kvant_runtime.tokens import ESTIMATE_HEADROOM
 
 
 class Rejected(Exception):
@@ -68,7 +74,7 @@ class Admission:
         """The most tokens in flight at once, or None while the engine's capacity is unknown."""
         if self.token_capacity is None:
             return None
-        return int(self.limits.targetTokenUsage * self.token_capacity)
+        return int((1.0 - ESTIMATE_HEADROOM) * self.token_capacity)
 
     def set_limits(self, limits: Limits) -> None:
         """New limits; the effective concurrency is the local loop's to set (`set_concurrency`)."""

@@ -96,7 +96,8 @@ class GateMetrics:
         ).set_function(lambda: admission.concurrency)
         Gauge(
             "kvant_gate_token_budget",
-            "targetTokenUsage * the engine's max_total_num_tokens; 0 while the capacity is unknown.",
+            "Tokens in flight the gate admits: the engine's max_total_num_tokens less the estimate's "
+            "headroom; 0 while the capacity is unknown.",
             registry=r,
         ).set_function(lambda: admission.token_budget or 0)
         Gauge(

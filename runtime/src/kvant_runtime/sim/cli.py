@@ -36,8 +36,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--new-token-ratio",
         type=float,
-        default=0.0,
-        help="KV reserved per output token still to come (SGLang new_token_ratio; 0: prompt only)",
+        default=0.7,
+        help="initial KV reserved per output token a running request still has to come; it decays "
+        "and jumps after a retraction as in SGLang (SGLANG_INIT_NEW_TOKEN_RATIO, default 0.7)",
     )
     parser.add_argument("--seed", type=int, default=0)
     cost = parser.add_argument_group("cost model (see kvant_runtime.sim.cost)")

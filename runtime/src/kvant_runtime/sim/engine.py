@@ -7,17 +7,27 @@ the step takes under the cost model. The HTTP server drives it in real time
 (it sleeps for each step's duration); the benchmark drives it in virtual time
 (it adds the duration to a counter). One engine model, two clocks.
 
-KV accounting follows SGLang's token pool:
+KV accounting follows SGLang's token pool and scheduler (python/sglang/srt/managers/:
+schedule_policy.py `PrefillAdder`, scheduler.py `update_running_batch`,
+schedule_batch.py `retract_decode`):
 - a running request holds `prompt + output` KV slots (the newest token's KV
   is written by the next decode step, which allocates one slot per request);
-- admission is first-come first-served and stops at the first request whose
-  prompt (plus `new_token_ratio` x the output still to come, for it and for
-  every running request) does not fit the free KV;
+- admission is first-come first-served and stops at the first request that
+  does not fit. A new request must fit its prompt plus its whole remaining
+  output (clipped at `CLIP_MAX_NEW_TOKENS`) into the free KV, after each running
+  request has reserved only `new_token_ratio` x its remaining output;
+- `new_token_ratio` is SGLang's guess of how much of `max_new_tokens` a request
+  really generates. It starts at the configured initial ratio (SGLang: 0.7),
+  falls linearly on every decode step that needs no retraction to
+  initial x `MIN_NEW_TOKEN_RATIO_FACTOR` over `NEW_TOKEN_RATIO_DECAY_STEPS`
+  steps, and returns to the initial ratio whenever the engine goes idle;
 - when a decode step finds fewer free slots than running requests, requests
-  are retracted, fewest generated tokens first, then longest prompt: their KV
-  is freed, they return to the front of the queue, and their progress in the
-  cache is lost; re-admission recomputes prefill over prompt + the tokens
-  already generated (those tokens were sent and stay valid, as in SGLang).
+  are retracted, fewest generated tokens first, then longest prompt, until
+  the survivors fit one more step: their KV is freed and they go to the back
+  of the waiting queue. The ratio then jumps to what the survivors need:
+  (their generated tokens + `RETRACT_DECODE_STEPS` per survivor) / their
+  max_new_tokens, at most 1. Re-admission recomputes prefill over prompt +
+  the tokens already generated (those tokens were sent and stay valid).
 """
 
 from __future__ import annotations
@@ -28,6 +38,13 @@ from dataclasses import dataclass, field
 from kvant_runtime.sim.cost import CostModel
 from kvant_runtime.sim.text import VOCAB_SIZE
 
+# SGLang's defaults (python/sglang/srt/environ.py), named after their environment variables.
+INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
+MIN_NEW_TOKEN_RATIO_FACTOR = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
+NEW_TOKEN_RATIO_DECAY_STEPS = 600  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
+RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
+CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -35,7 +52,7 @@ class EngineConfig:
     max_running_requests: int
     context_length: int
     max_prefill_tokens: int = 16384
-    new_token_ratio: float = 0.0
+    new_token_ratio: float = INIT_NEW_TOKEN_RATIO  # the initial ratio; see the module docstring
     seed: int = 0
     cost: CostModel = field(default_factory=CostModel)
 
@@ -61,6 +78,12 @@ class Request:
     @property
     def remaining_new_tokens(self) -> int:
         return self.max_new_tokens - len(self.output_ids)
+
+    @property
+    def estimated_new_tokens(self) -> int:
+        """The remaining output SGLang's admission plans for: clipped, so one huge max_new_tokens
+        does not block the queue."""
+        return min(self.remaining_new_tokens, CLIP_MAX_NEW_TOKENS)
 
 
 @dataclass
@@ -88,6 +111,11 @@ class Engine:
         self.used_kv_tokens = 0
         self.retracted_total = 0
         self.last_step_retractions = 0
+        self.new_token_ratio = config.new_token_ratio
+        self.min_new_token_ratio = config.new_token_ratio * MIN_NEW_TOKEN_RATIO_FACTOR
+        self.new_token_ratio_decay = (
+            config.new_token_ratio - self.min_new_token_ratio
+        ) / NEW_TOKEN_RATIO_DECAY_STEPS
 
     @property
     def free_kv_tokens(self) -> int:
@@ -128,6 +156,7 @@ class Engine:
             return self._prefill(admitted, now)
         if self.running:
             return self._decode(now)
+        self.new_token_ratio = self.config.new_token_ratio  # SGLang: self_check_during_idle
         return None
 
     def _check_fits(self, prompt_tokens: int, max_new_tokens: int) -> None:
@@ -145,25 +174,22 @@ class Engine:
         if max_new_tokens < 1:
             raise RequestRejected("the request must ask for at least 1 new token")
 
-    def _reserved_for_running(self) -> float:
-        return self.config.new_token_ratio * sum(r.remaining_new_tokens for r in self.running)
-
     def _admit(self) -> list[Request]:
         admitted: list[Request] = []
-        budget = self.free_kv_tokens - self._reserved_for_running()
+        reserved = self.new_token_ratio * sum(r.estimated_new_tokens for r in self.running)
+        budget = self.free_kv_tokens - reserved
         prefill_tokens = 0
         while self.waiting and len(self.running) < self.config.max_running_requests:
             request = self.waiting[0]
             need = request.prompt_tokens + len(request.output_ids)
-            reserve = self.config.new_token_ratio * request.remaining_new_tokens
             too_long = admitted and prefill_tokens + need > self.config.max_prefill_tokens
-            if need + reserve > budget or too_long:
+            if need + request.estimated_new_tokens > budget or too_long:
                 break
             self.waiting.pop(0)
             self.running.append(request)
             request.kv_tokens = need
             self.used_kv_tokens += need
-            budget -= need + reserve
+            budget -= need + request.estimated_new_tokens
             prefill_tokens += need
             admitted.append(request)
         return admitted
@@ -178,6 +204,7 @@ class Engine:
 
     def _decode(self, now: float) -> StepResult:
         retracted = self._retract_until_decode_fits()
+        self._update_new_token_ratio(retracted)
         for request in self.running:
             request.kv_tokens += 1
         self.used_kv_tokens += len(self.running)
@@ -198,10 +225,21 @@ class Engine:
             self._release(victim)
             victim.retractions += 1
             retracted.append(victim)
-        self.waiting[0:0] = sorted(retracted, key=lambda r: r.arrival)
+        self.waiting.extend(retracted)  # SGLang: _extend_requests_to_queue, the back of the queue
         self.retracted_total += len(retracted)
         self.last_step_retractions = len(retracted)
         return retracted
+
+    def _update_new_token_ratio(self, retracted: list[Request]) -> None:
+        if not retracted:
+            self.new_token_ratio = max(
+                self.new_token_ratio - self.new_token_ratio_decay, self.min_new_token_ratio
+            )
+            return
+        # Enough for the survivors' output so far plus RETRACT_DECODE_STEPS more each.
+        decoded = sum(len(r.output_ids) for r in self.running)
+        planned = sum(r.max_new_tokens for r in self.running)
+        self.new_token_ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(self.running)) / (planned + 1))
 
     def _release(self, request: Request) -> None:
         self.used_kv_tokens -= request.kv_tokens
