@@ -42,7 +42,16 @@ class Point:
 
 def plan(kv_dtype: str) -> PlanCapacity:
     """The planner's capacity for the bench model with this KV dtype."""
-    command = ["kvant", "plan", "--config", str(HERE / "kimi_k2_config.json"), "--tp", "8"]
+    command = [
+        sys.executable,
+        "-m",
+        "kvant_cli.main",
+        "plan",
+        "--config",
+        str(HERE / "kimi_k2_config.json"),
+        "--tp",
+        "8",
+    ]
     command += ["--gpu-memory-gib", "141", "--weights", "int4", "--group-size", "32"]
     command += ["--kv-dtype", kv_dtype, "--json"]
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
