@@ -2,6 +2,7 @@
 
 import pytest
 
+from kvant_runtime.convert.converter import CORES_PER_SHARD
 from kvant_runtime.convert.errors import ConvertError
 from kvant_runtime.convert.staging import MANIFEST_FILE
 from tests.tiny_checkpoints import tiny_checkpoint
@@ -30,3 +31,10 @@ def test_finalize_with_other_flags_than_the_workers_is_refused(tmp_path):
     convert(source, tmp_path / "out", worker_index=0, workers=2)
     with pytest.raises(ConvertError, match="partial conversion made with"):
         convert(source, tmp_path / "out", group_size=64, finalize=True)
+
+
+def test_shards_converted_side_by_side_equal_one_at_a_time(tmp_path):
+    source = tiny_checkpoint("deepseek_v3", "fp8-block", shards=3)
+    one_at_a_time = convert(source, tmp_path / "serial", targets="experts", threads=1)
+    side_by_side = convert(source, tmp_path / "parallel", targets="experts", threads=3 * CORES_PER_SHARD)
+    assert side_by_side["digest"] == one_at_a_time["digest"]

@@ -8,7 +8,9 @@ a separate `finalize` checks every shard is done and publishes.
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,10 @@ from kvant_runtime.convert.shard import convert_shard, plan_shard, unquantized_l
 from kvant_runtime.convert.source import INDEX_FILE, SourceCheckpoint, open_source
 from kvant_runtime.convert.staging import Staging
 from kvant_runtime.manifest import file_sha256
+
+# A shard's writer hashes and writes its file on one thread (sha256 runs at ~1 GB/s), which starves a
+# many-core pool when shards go one at a time; so one shard runs per this many threads, sharing them.
+CORES_PER_SHARD = 4
 
 
 @dataclass(frozen=True)
@@ -101,34 +107,54 @@ def _convert_my_shards(job: Job, source: SourceCheckpoint, staging: Staging, pro
         bytes_done=sum(source.shard_bytes(s) for s in done),
     )
     threads = job.threads or os.cpu_count() or 1
-    for shard in mine:
-        if shard in done:
-            continue
-        counted = [0]
-
-        def advance(nbytes: int, counted: list[int] = counted) -> None:
-            counted[0] += nbytes
-            progress.advance(nbytes)
-
-        result = convert_shard(
+    todo = [shard for shard in mine if shard not in done]
+    parallel = max(1, min(len(todo), threads // CORES_PER_SHARD))
+    with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="kvant-shard") as pool:
+        convert = partial(
+            _convert_one,
+            job=job,
             source=source,
-            shard=shard,
-            recipe=job.recipe,
-            destination=staging.partial_path(shard),
-            threads=threads,
-            on_bytes=advance,
+            staging=staging,
+            progress=progress,
+            threads=threads // parallel,
         )
-        progress.advance(source.shard_bytes(shard) - counted[0])  # the header and consumed FP8 scales
-        staging.finish_shard(
-            shard,
-            {
-                "bytes": result.file_bytes,
-                "sha256": result.sha256,
-                "tensorBytes": result.tensor_bytes,
-                "tensors": list(result.tensors),
-            },
-        )
-        progress.shard_done(shard)
+        futures = [pool.submit(convert, shard) for shard in todo]
+        for future in as_completed(futures):
+            if (error := future.exception()) is not None:
+                # Shards already running finish and keep their markers (a rerun resumes from them);
+                # queued ones never start. Nothing is published.
+                pool.shutdown(cancel_futures=True)
+                raise error
+
+
+def _convert_one(
+    shard: str, *, job: Job, source: SourceCheckpoint, staging: Staging, progress: Progress, threads: int
+) -> None:
+    counted = [0]
+
+    def advance(nbytes: int) -> None:
+        counted[0] += nbytes
+        progress.advance(nbytes)
+
+    result = convert_shard(
+        source=source,
+        shard=shard,
+        recipe=job.recipe,
+        destination=staging.partial_path(shard),
+        threads=threads,
+        on_bytes=advance,
+    )
+    progress.advance(source.shard_bytes(shard) - counted[0])  # the header and consumed FP8 scales
+    staging.finish_shard(
+        shard,
+        {
+            "bytes": result.file_bytes,
+            "sha256": result.sha256,
+            "tensorBytes": result.tensor_bytes,
+            "tensors": list(result.tensors),
+        },
+    )
+    progress.shard_done(shard)
 
 
 def finalize(job: Job, source: SourceCheckpoint, staging: Staging) -> dict[str, Any]:
