@@ -3,8 +3,10 @@ with an artifact volume. Everything runs for real on the session's local cluster
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -107,7 +109,7 @@ def tiny_checkpoint() -> Path:
 @pytest.fixture
 def namespace(kvant_crds: LocalCluster, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace with a `kvant-artifacts` claim bound to a hostPath folder of this test."""
-    name = "e2e-" + request.node.name.removeprefix("test_").replace("_", "-")[:40].rstrip("-")
+    name = _namespace_name(request.node)
     artifacts = tmp_path / "artifacts"
     artifacts.mkdir()
     for obj in _namespace_objects(name, artifacts):
@@ -115,6 +117,12 @@ def namespace(kvant_crds: LocalCluster, tmp_path: Path, request: pytest.FixtureR
     yield name
     kvant_crds.kubectl("delete", "namespace", name, "--wait=false")
     kvant_crds.kubectl("delete", "pv", f"{name}-artifacts", "--wait=false")
+
+
+def _namespace_name(node: pytest.Item) -> str:
+    """A DNS label unique per test (parametrized cases too): readable prefix + a hash of the test id."""
+    slug = re.sub(r"[^a-z0-9]+", "-", node.name.removeprefix("test_").lower())[:36].strip("-")
+    return f"e2e-{slug}-{hashlib.sha256(node.nodeid.encode()).hexdigest()[:6]}"
 
 
 def _namespace_objects(name: str, artifacts: Path) -> list[Obj]:
