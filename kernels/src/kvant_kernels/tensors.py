@@ -33,7 +33,13 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
     "BOOL": torch.bool,
 }
 DTYPE_NAMES: dict[torch.dtype, str] = {dtype: name for name, dtype in TORCH_DTYPES.items()}
-_BITS_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+# Integer dtypes of each width, to move any dtype's bytes between torch and numpy (no bfloat16 there).
+_SAME_WIDTH: dict[int, tuple[torch.dtype, type[np.generic]]] = {
+    1: (torch.uint8, np.uint8),
+    2: (torch.int16, np.int16),
+    4: (torch.int32, np.int32),
+    8: (torch.int64, np.int64),
+}
 
 
 def from_raw(values: np.ndarray, dtype: str) -> torch.Tensor:
@@ -41,7 +47,7 @@ def from_raw(values: np.ndarray, dtype: str) -> torch.Tensor:
     target = TORCH_DTYPES[dtype]
     if values.size == 0:
         return torch.empty(values.shape, dtype=target)
-    bits = np.ascontiguousarray(values).view(_numpy_bits(target))
+    bits = np.ascontiguousarray(values).view(_SAME_WIDTH[target.itemsize][1])
     return torch.from_numpy(bits).view(target)
 
 
@@ -121,10 +127,5 @@ def quantize_fp8_block(
 
 
 def _raw(weight: torch.Tensor) -> np.ndarray:
-    """The weight's bytes as a numpy array of same-size integers (numpy has no bfloat16)."""
-    return weight.detach().cpu().contiguous().view(_BITS_OF_SIZE[weight.element_size()]).numpy()
-
-
-def _numpy_bits(dtype: torch.dtype) -> type[np.generic]:
-    bits: dict[int, type[np.generic]] = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}
-    return bits[dtype.itemsize]
+    """The weight's bytes as a numpy array of same-width integers."""
+    return weight.detach().cpu().contiguous().view(_SAME_WIDTH[weight.element_size()][0]).numpy()
