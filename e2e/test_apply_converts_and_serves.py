@@ -1,4 +1,5 @@
-"""apply → plan → INT4 conversion → FP8 KV-scale calibration → serving (simulator + gate) → Ready."""
+"""apply → plan → INT4 conversion → FP8 KV-scale calibration → serving (simulator + gate) → Ready,
+then `kubectl scale` through the scale subresource adds a replica."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import urllib.request
 
 import pytest
+from kubernetes import client
 from tests.kube_wait import wait_for
 
 from e2e.qm import apply, get_qm, is_true, serving_pods, wait_ready
@@ -44,3 +46,20 @@ def test_apply_converts_calibrates_and_serves_ready(cluster, operator, namespace
     with urllib.request.urlopen(request, timeout=10) as response:
         assert response.status == 200
         assert json.load(response)["meta_info"]["completion_tokens"] == 4
+
+    cluster.kubectl("scale", "-n", namespace, "qm/tiny", "--replicas=2")
+    wait_for(
+        lambda: get_qm(cluster, namespace, "tiny")["status"].get("readyReplicas") == 2,
+        120,
+        f"2 ready replicas after kubectl scale; operator log:\n{operator.log_tail()}",
+    )
+    path = f"/apis/kvant.dev/v1alpha1/namespaces/{namespace}/quantizedmodels/tiny/scale"
+    scale = json.loads(cluster.kubectl("get", "--raw", path).stdout)
+    assert scale["spec"]["replicas"] == 2 and scale["status"]["replicas"] == 2
+    # The scale's selector (what an autoscaler reads) picks exactly the Deployment's pods, no Job pods.
+    core = client.CoreV1Api(cluster.api_client())
+    deployment = client.AppsV1Api(cluster.api_client()).read_namespaced_deployment("tiny", namespace)
+    own = ",".join(f"{k}={v}" for k, v in deployment.spec.selector.match_labels.items())
+    selected = core.list_namespaced_pod(namespace, label_selector=scale["status"]["selector"]).items
+    pods = core.list_namespaced_pod(namespace, label_selector=own).items
+    assert len(selected) == 2 and {p.metadata.name for p in selected} == {p.metadata.name for p in pods}

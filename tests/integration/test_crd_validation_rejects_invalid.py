@@ -107,6 +107,7 @@ CREATE_CASES = [
         True,
     ),
     ("negative-replicas", {"serving": {"replicas": -1}}, "spec.serving.replicas", False),
+    ("replicas-under-pd", {"serving": {"replicas": 2, "disaggregation": PD}}, "spec.serving.replicas", True),
     (
         "token-usage-above-one",
         {"protection": {"targetTokenUsage": 1.5}},

@@ -71,7 +71,14 @@ def test_source_is_immutable_and_defaults_fill_nested_objects():
 def test_names_subresources_and_printer_columns():
     names = crd()["spec"]["names"]
     assert names["shortNames"] == ["qm"] and names["categories"] == ["kvant"]
-    assert version()["subresources"] == {"status": {}}
+    assert version()["subresources"] == {
+        "status": {},
+        "scale": {
+            "specReplicasPath": ".spec.serving.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        },
+    }
     columns = {c["name"]: c["jsonPath"] for c in version()["additionalPrinterColumns"]}
     assert columns == {
         "Phase": ".status.phase",

@@ -49,6 +49,7 @@ from kvant_operator.render.serving import (
     disruption_budget,
     roles,
     service,
+    serving_selector,
     workload_name,
 )
 from kvant_operator.settings import OperatorSettings
@@ -532,6 +533,7 @@ class Reconciler:
             status["artifact"] = p.artifact.model_dump(mode="json", by_alias=True, exclude_none=True)
         if p is not None and p.replicas is not None:
             status["replicas"], status["readyReplicas"] = p.replicas
+            status["selector"] = serving_selector(body["metadata"]["name"])
         if phase.value != (body.get("status") or {}).get("phase"):
             kind = "Warning" if phase in (Phase.FAILED, Phase.DEGRADED) else "Normal"
             events.append((kind, f"Phase{phase.value}", _phase_message(log_, phase)))

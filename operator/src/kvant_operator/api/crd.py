@@ -118,6 +118,13 @@ def _properties(props: dict[str, Schema], required: set[str], defs: dict[str, Sc
     return out
 
 
+SCALE = {
+    "specReplicasPath": ".spec.serving.replicas",
+    "statusReplicasPath": ".status.replicas",
+    "labelSelectorPath": ".status.selector",
+}
+
+
 def crd() -> Schema:
     """The CustomResourceDefinition as a plain object."""
     schema: Schema = {
@@ -152,7 +159,8 @@ def crd() -> Schema:
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    # scale: kubectl scale and HorizontalPodAutoscalers drive spec.serving.replicas.
+                    "subresources": {"status": {}, "scale": SCALE},
                     "additionalPrinterColumns": PRINTER_COLUMNS,
                     "schema": {"openAPIV3Schema": schema},
                 }

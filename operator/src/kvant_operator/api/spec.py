@@ -327,6 +327,14 @@ class ServingSpec(ApiModel):
             field_path=".tensorParallel",
             holds=lambda s: s.gpu.count % s.tensor_parallel == 0,
         ),
+        Rule(
+            cel="self.disaggregation.mode == 'none' || self.replicas == 1",
+            message="spec.serving.replicas (what kubectl scale and autoscalers set) applies without "
+            "disaggregation; with mode: prefill-decode set spec.serving.disaggregation.prefill.replicas "
+            "and .decode.replicas instead",
+            field_path=".replicas",
+            holds=lambda s: s.disaggregation.mode is DisaggregationMode.NONE or s.replicas == 1,
+        ),
         _no_owned_flags("spec.serving"),
     )
 
@@ -334,7 +342,12 @@ class ServingSpec(ApiModel):
     image: str | None = Field(
         default=None, max_length=512, description="Engine image. Unset: the operator's default."
     )
-    replicas: int = Field(default=1, ge=0, le=1024, description="Serving replicas (disaggregation: none).")
+    replicas: int = Field(
+        default=1,
+        ge=0,
+        le=1024,
+        description="Serving replicas (disaggregation: none); the scale subresource's replicas.",
+    )
     tensor_parallel: int = Field(default=1, ge=1, le=64, description="Tensor-parallel size of one replica.")
     page_size: int = Field(
         default=1, ge=1, le=1024, description="KV cache page size in tokens (--page-size)."

@@ -120,6 +120,11 @@ class QuantizedModelStatus(ApiModel):
     )
     replicas: int | None = Field(default=None, ge=0, description="Serving replicas that exist.")
     ready_replicas: int | None = Field(default=None, ge=0, description="Serving replicas that are ready.")
+    selector: str | None = Field(
+        default=None,
+        max_length=512,
+        description="Label selector of the serving pods: the scale subresource's, for autoscalers.",
+    )
     artifact: ArtifactStatus | None = Field(default=None, description="The served artifact.")
     plan: PlanStatus | None = Field(default=None, description="The capacity plan.")
     protection: ProtectionStatus | None = Field(default=None, description="Protection state.")

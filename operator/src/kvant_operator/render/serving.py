@@ -14,7 +14,7 @@ from kvant_operator.api.spec import DisaggregationMode, Engine, KvCacheDtype, Qu
 from kvant_operator.api.status import PlanStatus
 from kvant_operator.artifact import Location, digest
 from kvant_operator.render.limits import LIMITS_FILE, limits_name
-from kvant_operator.render.meta import ROLE_LABEL, Obj, object_meta
+from kvant_operator.render.meta import MODEL_LABEL, ROLE_LABEL, Obj, object_meta
 from kvant_operator.settings import OperatorSettings
 
 ENGINE_PORT, GATE_PORT, GATE_METRICS_PORT = 30000, 8000, 9090
@@ -72,11 +72,16 @@ def workload_name(model: str, role: Role) -> str:
     return model if role.name == "serve" else f"{model}-{role.name}"
 
 
+def serving_selector(model: str) -> str:
+    """The serving pods of every role (Job pods carry no role label), as a label selector string."""
+    return f"{MODEL_LABEL}={model},{ROLE_LABEL}"
+
+
 def deployment(inputs: ServingInputs, role: Role) -> Obj:
     body, model = inputs.body, inputs.model
     meta = object_meta(body, workload_name(model, role), "serving")
     meta["labels"][ROLE_LABEL] = role.name
-    selector = {"kvant.dev/model": model, ROLE_LABEL: role.name}
+    selector = {MODEL_LABEL: model, ROLE_LABEL: role.name}
     engine = _engine_container(inputs, role)
     pod_spec: Obj = {
         "containers": [engine, _gate_container(inputs.settings)],
@@ -220,7 +225,7 @@ def service(body: Obj, role: Role) -> Obj:
         "kind": "Service",
         "metadata": meta,
         "spec": {
-            "selector": {"kvant.dev/model": model, ROLE_LABEL: role.name},
+            "selector": {MODEL_LABEL: model, ROLE_LABEL: role.name},
             "ports": [
                 {"name": "http", "port": 80, "targetPort": "http"},
                 {"name": "gate-metrics", "port": GATE_METRICS_PORT, "targetPort": "gate-metrics"},
@@ -239,6 +244,6 @@ def disruption_budget(body: Obj, role: Role) -> Obj:
         "metadata": meta,
         "spec": {
             "maxUnavailable": 1,
-            "selector": {"matchLabels": {"kvant.dev/model": model, ROLE_LABEL: role.name}},
+            "selector": {"matchLabels": {MODEL_LABEL: model, ROLE_LABEL: role.name}},
         },
     }
