@@ -27,6 +27,8 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from kvant_kernels.bits import bf16_bits
+
 INT4_MIN = -8
 INT4_MAX = 7
 # compressed-tensors' symmetric divisor: (INT4_MAX - INT4_MIN) / 2.
@@ -113,7 +115,7 @@ def _quotient_shift(dtype: str, scale_dtype: str) -> int:
 def _raw_scale(scale: npt.NDArray[np.float32], scale_dtype: str) -> npt.NDArray[np.generic]:
     """float32 scales (already rounded into `scale_dtype`) in that dtype's raw form; exact."""
     if scale_dtype == "BF16":
-        return (scale.view(np.uint32) >> 16).astype(np.uint16)
+        return bf16_bits(scale)
     return scale.astype(FORMATS[scale_dtype].raw)
 
 

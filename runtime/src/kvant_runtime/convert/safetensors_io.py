@@ -154,13 +154,13 @@ class ShardWriter:
         self._emit(_header_bytes(plan))
 
     def write(self, name: str, array: npt.NDArray[np.generic]) -> None:
-        """Writes a planned tensor from its raw values (same width as the planned dtype)."""
+        """Writes a planned tensor from its raw values (in the numpy dtype DTYPES holds them in)."""
         expected = self._plan[name]
         if not self._pending or self._pending[0] != name:
             raise RuntimeError(f"tensor {name!r} written out of planned order")
-        actual = (array.dtype.itemsize, tuple(array.shape))
-        if actual != (DTYPES[expected.dtype].itemsize, expected.shape):
-            raise RuntimeError(f"tensor {name!r} is (itemsize, shape) {actual}, planned {expected}")
+        actual = (array.dtype, tuple(array.shape))
+        if actual != (DTYPES[expected.dtype], expected.shape):
+            raise RuntimeError(f"tensor {name!r} is (raw dtype, shape) {actual}, planned {expected}")
         self._pending.pop(0)
         if array.size:
             self._emit(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)
