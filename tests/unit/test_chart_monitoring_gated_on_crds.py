@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kvant_operator.render.serving import METRICS_PORT_NAME
 from tests.helm_chart import of_kind, one, render
 
 MONITORING = ["monitoring.coreos.com/v1"]
@@ -22,7 +23,7 @@ def test_monitors_scrape_the_operator_service_and_model_pods():
     pods = one(objects, "PodMonitor")
     assert pods["spec"]["namespaceSelector"] == {"matchNames": ["team-a"]}
     assert pods["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "serving"
-    assert {e["port"] for e in pods["spec"]["podMetricsEndpoints"]} == {"gate-metrics", "engine-metrics"}
+    assert [e["port"] for e in pods["spec"]["podMetricsEndpoints"]] == [METRICS_PORT_NAME]
 
 
 def test_monitors_can_be_switched_off():

@@ -93,9 +93,10 @@ def generate_load(base_url: str, shape: LoadShape) -> LoadResult:
     return asyncio.run(run_load(base_url, shape))
 
 
-def engine_retractions(engine_url: str) -> float:
-    """sglang:num_retracted_requests_total summed over its series (absent until the first retraction)."""
-    with urllib.request.urlopen(f"{engine_url}/metrics", timeout=5) as response:
+def engine_retractions(metrics_url: str) -> float:
+    """sglang:num_retracted_requests_total summed over its series (absent until the first retraction),
+    from `{metrics_url}/metrics`: the engine's own, or a serving pod's merged gate + engine metrics."""
+    with urllib.request.urlopen(f"{metrics_url}/metrics", timeout=5) as response:
         text = response.read().decode()
     prefix = "sglang:num_retracted_requests_total{"
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))

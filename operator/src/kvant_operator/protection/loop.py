@@ -16,7 +16,7 @@ from kvant_operator.api.status import ConditionStatus
 from kvant_operator.kube import Kube
 from kvant_operator.protection.decide import Bounds, Sample, decide
 from kvant_operator.protection.samples import CounterMemory, MetricsUnavailable, query_prometheus, scrape_pods
-from kvant_operator.render.serving import ENGINE_PORT, roles, workload_name
+from kvant_operator.render.serving import METRICS_PORT, roles, workload_name
 
 Obj = dict[str, Any]
 
@@ -64,7 +64,7 @@ class Protector:
             return query_prometheus(url, namespace, f"({names})-.*", stale_after)
         pods = self.kube.list("v1", "Pod", namespace, f"kvant.dev/model={model},kvant.dev/role")
         ready = [(p["metadata"]["name"], p["status"]["podIP"]) for p in pods if _ready(p)]
-        return scrape_pods(ready, ENGINE_PORT, memory)
+        return scrape_pods(ready, METRICS_PORT, memory)
 
     def _unavailable(self, previous: Obj, why: str) -> ProtectionResult:
         message = f"{why}; the limits in force stay, and each pod's gate keeps protecting its engine locally"

@@ -17,15 +17,15 @@ from kvant_operator.render.limits import LIMITS_FILE, limits_name
 from kvant_operator.render.meta import MODEL_LABEL, ROLE_LABEL, Obj, object_meta
 from kvant_operator.settings import OperatorSettings
 
-ENGINE_PORT, GATE_PORT, GATE_METRICS_PORT = 30000, 8000, 9090
+# The engine listens on the pod's loopback: the gate is the only way in. The gate's metrics port is the
+# pod's read-only window onto the engine (merged /metrics, /engine/health), see kvant_runtime.gate.
+ENGINE_HOST, ENGINE_PORT, GATE_PORT, METRICS_PORT = "127.0.0.1", 30000, 8000, 9090
+ENGINE_HEALTH_PATH = "/engine/health"
+METRICS_PORT_NAME = "metrics"  # the chart's PodMonitor scrapes this port by name
 LIMITS_DIR = "/etc/kvant/limits"
 CONFIG_HASH = "kvant.dev/engine-config-hash"
 # Large models load for many minutes; the startup probe waits up to 60 min before liveness applies.
 _STARTUP_PERIOD_S, _STARTUP_FAILURES = 10, 360
-
-
-def _pod_ip_env() -> Obj:
-    return {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
 
 
 @dataclass(frozen=True)
@@ -120,8 +120,6 @@ def _engine_container(inputs: ServingInputs, role: Role) -> Obj:
         "name": "engine",
         "image": settings.runtime_image,
         "command": ["kvant"],
-        "env": [_pod_ip_env()],
-        "ports": [{"name": "engine-metrics", "containerPort": ENGINE_PORT}],
         "volumeMounts": [mount],
         "startupProbe": _health_probe(periodSeconds=_STARTUP_PERIOD_S, failureThreshold=_STARTUP_FAILURES),
         "readinessProbe": _health_probe(periodSeconds=5),
@@ -145,13 +143,14 @@ def _engine_container(inputs: ServingInputs, role: Role) -> Obj:
 
 
 def _health_probe(**timing: int) -> Obj:
-    return {"httpGet": {"path": "/health", "port": "engine-metrics"}, **timing}
+    """The engine's /health, through the gate's metrics port (the engine itself is on loopback)."""
+    return {"httpGet": {"path": ENGINE_HEALTH_PATH, "port": METRICS_PORT}, **timing}
 
 
 def _simulator_args(inputs: ServingInputs, role: Role) -> list[str]:
     plan = inputs.plan
     return [
-        "sim", "--host", "$(POD_IP)", "--port", str(ENGINE_PORT), "--model-name", inputs.model,
+        "sim", "--host", ENGINE_HOST, "--port", str(ENGINE_PORT), "--model-name", inputs.model,
         "--kv-tokens", str(plan.kv_tokens_per_replica), "--kv-cache-dtype", role.kv_cache_dtype.value,
         "--page-size", str(plan.page_size), "--kv-bytes-per-token", str(plan.kv_bytes_per_token_per_gpu),
         "--max-running-requests", str(_max_running_requests(inputs.plan)),
@@ -183,7 +182,7 @@ def _launch_spec(inputs: ServingInputs, role: Role) -> Obj:
         "maxTotalTokens": plan.kv_tokens_per_replica,
         "pageSize": spec.serving.page_size,
         "disaggregationRole": None if role.name == "serve" else role.name,
-        "host": "0.0.0.0",
+        "host": ENGINE_HOST,
         "port": ENGINE_PORT,
         "engineArgs": role.engine_args,
     }
@@ -197,18 +196,17 @@ def _gate_container(settings: OperatorSettings) -> Obj:
         "args": [
             "gate",
             "--listen",
-            f"$(POD_IP):{GATE_PORT}",
+            f"0.0.0.0:{GATE_PORT}",
             "--upstream",
-            f"http://$(POD_IP):{ENGINE_PORT}",
+            f"http://{ENGINE_HOST}:{ENGINE_PORT}",
             "--limits",
             f"{LIMITS_DIR}/{LIMITS_FILE}",
             "--metrics-listen",
-            f"$(POD_IP):{GATE_METRICS_PORT}",
+            f"0.0.0.0:{METRICS_PORT}",
         ],
-        "env": [_pod_ip_env()],
         "ports": [
             {"name": "http", "containerPort": GATE_PORT},
-            {"name": "gate-metrics", "containerPort": GATE_METRICS_PORT},
+            {"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT},
         ],
         "volumeMounts": [{"name": "limits", "mountPath": LIMITS_DIR, "readOnly": True}],
         "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 2},
@@ -227,9 +225,9 @@ def service(body: Obj, role: Role) -> Obj:
         "spec": {
             "selector": {MODEL_LABEL: model, ROLE_LABEL: role.name},
             "ports": [
+                # No engine port: the engine listens on the pod's loopback, behind the gate.
                 {"name": "http", "port": 80, "targetPort": "http"},
-                {"name": "gate-metrics", "port": GATE_METRICS_PORT, "targetPort": "gate-metrics"},
-                {"name": "engine-metrics", "port": ENGINE_PORT, "targetPort": "engine-metrics"},
+                {"name": METRICS_PORT_NAME, "port": METRICS_PORT, "targetPort": METRICS_PORT_NAME},
             ],
         },
     }

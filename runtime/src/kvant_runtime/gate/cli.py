@@ -32,7 +32,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--metrics-listen",
         type=host_port,
         metavar="HOST:PORT",
-        help="also serve the gate's metrics at /metrics on this address (e.g. for a PodMonitor)",
+        help="also serve, on this address, /metrics (the gate's metrics followed by the engine's, for a "
+        "PodMonitor) and /engine/health (the engine's /health, for its probes); the engine itself can "
+        "then listen on loopback only",
     )
     parser.add_argument(
         "--interval",

@@ -32,6 +32,12 @@ from kvant_runtime.gate.proxy import Proxy
 log = logging.getLogger("kvant.gate")
 
 METRICS_PATH = "/gate/metrics"
+ENGINE_HEALTH_PATH = "/engine/health"
+# The engine listens on the pod's loopback only, so the metrics listener is the pod's one window onto
+# it: /metrics carries the gate's series followed by the engine's (metrics merging, as Istio's sidecar
+# does), and /engine/health serves the engine container's probes. Both are read-only GETs.
+_ENGINE_READ_TIMEOUT = 5.0
+_ENGINE_METRICS_MAX_BYTES = 16 << 20
 # Connection reuse to the engine matters for latency; the gate's admission, not the pool, limits load.
 # Idle connections close before SGLang closes them (SGLANG_TIMEOUT_KEEP_ALIVE, 5 s by default), so
 # a request is never sent on a connection the engine is closing at that moment.
@@ -70,6 +76,47 @@ class Gate:
         )
 
 
+class EngineWindow:
+    """The metrics listener's read-only view of the engine: merged /metrics and /engine/health."""
+
+    def __init__(self, gate: Gate, session: aiohttp.ClientSession, upstream: str) -> None:
+        self.gate, self.session, self.upstream = gate, session, upstream.rstrip("/")
+
+    async def merged_metrics(self, _request: web.Request) -> web.Response:
+        own = generate_latest(self.gate.metrics.registry)
+        try:
+            status, engine = await self._get("/metrics")
+        except EngineUnreachable:
+            status, engine = 0, b""
+        # An engine that cannot be read adds nothing; kvant_gate_engine_metrics_stale says so.
+        merged = own if status != 200 else own.rstrip(b"\n") + b"\n" + engine
+        return web.Response(body=merged, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def engine_health(self, _request: web.Request) -> web.Response:
+        try:
+            status, body = await self._get("/health")
+        except EngineUnreachable as err:
+            return web.Response(status=503, text=f"engine unreachable: {err}\n")
+        return web.Response(status=status, body=body)
+
+    async def _get(self, path: str) -> tuple[int, bytes]:
+        timeout = aiohttp.ClientTimeout(total=_ENGINE_READ_TIMEOUT)
+        try:
+            async with self.session.get(f"{self.upstream}{path}", timeout=timeout) as resp:
+                body = await resp.content.read(_ENGINE_METRICS_MAX_BYTES + 1)
+                if len(body) > _ENGINE_METRICS_MAX_BYTES:
+                    raise EngineUnreachable(
+                        f"GET {path} answered more than {_ENGINE_METRICS_MAX_BYTES} bytes"
+                    )
+                return resp.status, body
+        except (aiohttp.ClientError, TimeoutError) as err:
+            raise EngineUnreachable(f"GET {path} failed: {err!r}") from err
+
+
+class EngineUnreachable(Exception):
+    pass
+
+
 @contextlib.asynccontextmanager
 async def running_gate(config: GateConfig) -> AsyncIterator[tuple[Gate, list[tuple[str, int]]]]:
     """Starts a gate; yields it and the addresses it listens on (proxy first, then metrics)."""
@@ -92,8 +139,10 @@ async def running_gate(config: GateConfig) -> AsyncIterator[tuple[Gate, list[tup
         app.router.add_route("*", "/{tail:.*}", proxy.handle)
         apps = [(app, config.listen)]
         if config.metrics_listen is not None:
+            window = EngineWindow(gate, session, config.upstream)
             metrics_app = web.Application()
-            metrics_app.router.add_get("/metrics", gate.metrics_handler)
+            metrics_app.router.add_get("/metrics", window.merged_metrics)
+            metrics_app.router.add_get(ENGINE_HEALTH_PATH, window.engine_health)
             apps.append((metrics_app, config.metrics_listen))
         async with contextlib.AsyncExitStack() as stack:
             addresses = [await stack.enter_async_context(_serving(a, address)) for a, address in apps]
