@@ -24,8 +24,11 @@ wrapper_replaces() { # $1 module@version, $2 version for the siblings
 
 build_kube() {
   local out="$BIN/kube-$KUBE_VERSION"
-  if [[ -x "$out/kube-apiserver" && -x "$out/kube-controller-manager" && -x "$out/kube-scheduler" ]]; then return; fi
-  log "building kube-apiserver, kube-controller-manager, kube-scheduler $KUBE_VERSION (cold: ~20-40 min on 2 cores)"
+  local cmds=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy)
+  local have=1 c
+  for c in "${cmds[@]}"; do [[ -x "$out/$c" ]] || have=0; done
+  if (( have )); then return; fi
+  log "building ${cmds[*]} $KUBE_VERSION (cold: ~20-40 min on 2 cores)"
   local work; work=$(mktemp -d)
   local minor="${KUBE_VERSION#v1.}"; local staging="v0.${minor}"
   {
@@ -38,7 +41,7 @@ build_kube() {
   ld+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${major_minor#v1.}"
   ld+=" -X k8s.io/component-base/version.gitTreeState=clean"
   (cd "$work" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$work/out/" \
-      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler)
+      "${cmds[@]/#/k8s.io/kubernetes/cmd/}")
   mkdir -p "$out.tmp" && mv "$work"/out/* "$out.tmp/" && rm -rf "$out" && mv "$out.tmp" "$out"
   rm -rf "$work"
 }
@@ -66,18 +69,30 @@ build_helm() {
   rm -rf "$out" && mv "$out.tmp" "$out"
 }
 
-fetch_prometheus() {
-  local out="$BIN/prometheus-deb"
-  if [[ -x "$out/usr/bin/prometheus" ]]; then return; fi
-  log "unpacking Debian's prometheus package (no daemon is installed)"
+build_coredns() {
+  local out="$BIN/coredns-$COREDNS_VERSION"
+  if [[ -x "$out/coredns" ]]; then return; fi
+  log "building coredns $COREDNS_VERSION"
+  GOBIN="$out.tmp" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION"
+  rm -rf "$out" && mv "$out.tmp" "$out"
+}
+
+# Unpacks Debian packages into $BIN/$1 with dpkg -x: nothing is installed on the host.
+unpack_debs() { # $1 folder name, $2 file that proves it is complete, then the packages
+  local out="$BIN/$1" proof="$2"; shift 2
+  if [[ -x "$out/$proof" ]]; then return; fi
+  log "unpacking Debian's $* (nothing is installed on the host)"
   local work; work=$(mktemp -d)
-  (cd "$work" && { apt-get download prometheus 2>/dev/null || { apt-get update -qq && apt-get download prometheus; }; })
-  dpkg -x "$work"/prometheus_*.deb "$out.tmp"
+  (cd "$work" && { apt-get download "$@" 2>/dev/null || { apt-get update -qq && apt-get download "$@"; }; })
+  local deb; for deb in "$work"/*.deb; do dpkg -x "$deb" "$out.tmp"; done
   rm -rf "$out" && mv "$out.tmp" "$out" && rm -rf "$work"
 }
 
 build_etcd
 build_kube
 build_helm
-fetch_prometheus
+build_coredns
+unpack_debs prometheus-deb usr/bin/prometheus prometheus
+# kube-proxy's nftables mode runs the `nft` command; its libraries travel with it (LD_LIBRARY_PATH).
+unpack_debs nftables-deb usr/sbin/nft nftables libnftables1 libnftnl11 libmnl0 libjansson4 libxtables12
 log "binaries ready in $BIN"

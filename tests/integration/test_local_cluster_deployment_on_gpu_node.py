@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import urllib.request
 
@@ -42,7 +43,7 @@ def test_deployment_runs_ready_pod_reachable_at_pod_ip(cluster):
 
     pod = wait_for(ready_pod, 90, "the web pod to turn Ready through its readiness probe")
     assert pod.spec.node_name.startswith("kvant-gpu-")
-    assert pod.status.pod_ip.startswith("127.0.")
+    assert ipaddress.ip_address(pod.status.pod_ip) in ipaddress.ip_network(cluster.addresses.pod_cidr)
     with urllib.request.urlopen(f"http://{pod.status.pod_ip}:8080/", timeout=5) as response:
         assert response.status == 200
     cluster.kubectl("delete", "deployment", "web", "--wait=false")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import urllib.request
 from typing import Any
 
@@ -71,10 +72,13 @@ def _objects(claim_dir: str) -> list[dict[str, object]]:
     ]
 
 
-def test_pod_sees_env_files_and_claim_and_configmap_edits_arrive_live(cluster, tmp_path):
-    (tmp_path / "model.safetensors").write_text("weights")
+def test_pod_sees_env_files_and_claim_and_configmap_edits_arrive_live(cluster):
+    claim_dir = "/srv/integration/artifacts"  # a path on the node, which lives in the cluster's folder
+    shutil.rmtree(cluster.node_path(claim_dir), ignore_errors=True)
+    cluster.node_path(claim_dir).mkdir(parents=True)
+    (cluster.node_path(claim_dir) / "model.safetensors").write_text("weights")
     core = client.CoreV1Api(cluster.api_client())
-    for obj in _objects(str(tmp_path)):
+    for obj in _objects(claim_dir):
         cluster.kubectl("apply", "-f", "-", input=json.dumps(obj))
     container = python_container(
         "reporter",

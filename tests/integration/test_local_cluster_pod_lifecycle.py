@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import shutil
 
 import pytest
 from kubernetes import client
@@ -47,21 +47,23 @@ def _gone(core: client.CoreV1Api, name: str) -> bool:
     return False
 
 
-def _host_volume(path: Path) -> dict[str, object]:
-    return {"name": "data", "hostPath": {"path": str(path), "type": "DirectoryOrCreate"}}
+def _host_volume(node_path: str) -> dict[str, object]:
+    return {"name": "data", "hostPath": {"path": node_path, "type": "DirectoryOrCreate"}}
 
 
-def test_deleting_a_pod_sends_sigterm_and_the_process_exits(cluster, tmp_path):
+def test_deleting_a_pod_sends_sigterm_and_the_process_exits(cluster):
     core = client.CoreV1Api(cluster.api_client())
+    node_path = "/srv/integration/graceful"
+    shutil.rmtree(cluster.node_path(node_path), ignore_errors=True)
     container = python_container("app", TRAPS_SIGTERM, volumeMounts=[{"name": "data", "mountPath": "/data"}])
-    spec = pod("graceful", container, volumes=[_host_volume(tmp_path)], terminationGracePeriodSeconds=20)
+    spec = pod("graceful", container, volumes=[_host_volume(node_path)], terminationGracePeriodSeconds=20)
     cluster.kubectl("apply", "-f", "-", input=json.dumps(spec))
     pid = wait_for(lambda: _running_pid(core, "graceful"), 60, "the graceful pod to run")
 
     cluster.kubectl("delete", "pod", "graceful", "--wait=false")
     wait_for(lambda: _gone(core, "graceful"), 40, "the pod object to be removed after its process stopped")
     assert not is_alive(pid)
-    assert (tmp_path / "stopped-by-sigterm").read_text() == "bye", (
+    assert (cluster.node_path(node_path) / "stopped-by-sigterm").read_text() == "bye", (
         "SIGTERM handler ran inside the mount namespace"
     )
 

@@ -1,4 +1,5 @@
-"""One local cluster: the control plane, optionally the controllers, the node agent and Prometheus."""
+"""One local cluster: its network, the control plane, optionally the controllers, kube-proxy, the
+node agent and Prometheus. Everything it writes lives under `workdir`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from kubernetes import config as kube_config
 
 from kvant_dev.controlplane import ControlPlane
 from kvant_dev.netutil import wait_until
+from kvant_dev.network import Addresses, ClusterNetwork
 from kvant_dev.process import ManagedProcess
 from kvant_dev.prometheus import Prometheus, pod_discovery_job
 from kvant_dev.toolchain import Toolchain, pinned_versions
@@ -31,12 +33,27 @@ class LocalCluster:
     tied_to_parent: bool = True
     toolchain: Toolchain = field(default_factory=Toolchain.locate)
     control_plane: ControlPlane = field(init=False)
+    network: ClusterNetwork = field(init=False)
     node_agent: ManagedProcess | None = None
     prometheus: Prometheus | None = None
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.control_plane = ControlPlane(self.workdir, self.toolchain, tied_to_parent=self.tied_to_parent)
+        self.network = ClusterNetwork(self.workdir, tied_to_parent=self.tied_to_parent)
+
+    @property
+    def addresses(self) -> Addresses:
+        return self.control_plane.net
+
+    @property
+    def node_root(self) -> Path:
+        """The nodes' own filesystem: hostPath volumes, local PVs and file:// sources resolve below it."""
+        return self.workdir / "node" / "fs"
+
+    def node_path(self, path: str) -> Path:
+        """Where a node path (as a hostPath or file:// URI names it) lives on this machine."""
+        return self.node_root / path.lstrip("/")
 
     @property
     def kubeconfig(self) -> Path:
@@ -48,10 +65,14 @@ class LocalCluster:
         return self.workdir / "prometheus-targets.json"
 
     def start_core(self) -> None:
-        self.control_plane.start_core()
+        try:
+            self.control_plane.start_core(self.network.up())
+        except BaseException:
+            self.stop()
+            raise
 
     def start_workloads(self) -> None:
-        """Controllers, scheduler and the node agent: what Deployments, Jobs and pods need."""
+        """Controllers, scheduler, kube-proxy and the node agent: what Services, Jobs and pods need."""
         if self.node_agent is not None:
             return
         self.control_plane.start_controllers()
@@ -66,6 +87,9 @@ class LocalCluster:
             f"--gpus-per-node={self.gpus_per_node}",
             f"--kubelet-version={pinned_versions()['KUBE_VERSION']}",
             f"--prometheus-targets={self.prometheus_targets}",
+            f"--node-netns={self.network.netns}",
+            f"--network-slot={self.addresses.slot}",
+            f"--cluster-dns={self.addresses.gateway}",
         ]
         if self.tied_to_parent:
             argv.append("--tie-pods")
@@ -73,6 +97,10 @@ class LocalCluster:
             "node-agent", argv, self.control_plane.log_path("node-agent"), tied_to_parent=self.tied_to_parent
         )
         wait_until(self._nodes_ready, _NODE_READY_TIMEOUT, f"{self.nodes} Ready node(s)", self.diagnostics)
+        # kube-proxy waits for its Node object, so it starts once the agent has registered them. One
+        # serves every node: they share the node namespace (one flat pod network).
+        self.control_plane.start_kube_proxy(self.network.netns, "kvant-gpu-0", self.toolchain.nft_env())
+        self.control_plane.start_dns(self.network.netns)
 
     def start_prometheus(self) -> Prometheus:
         if self.prometheus is None:
@@ -81,6 +109,7 @@ class LocalCluster:
                 self.workdir / "prometheus",
                 [pod_discovery_job(self.prometheus_targets)],
                 tied_to_parent=self.tied_to_parent,
+                host=self.addresses.host_ip,
             )
             self.prometheus.start()
         return self.prometheus
@@ -92,6 +121,7 @@ class LocalCluster:
             self.node_agent.stop(grace_seconds=20.0)
             self.node_agent = None
         self.control_plane.stop()
+        self.network.down()
 
     def api_client(self) -> client.ApiClient:
         return kube_config.new_client_from_config(str(self.kubeconfig))

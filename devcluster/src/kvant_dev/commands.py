@@ -6,16 +6,20 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import TypedDict
 
+from kvant_dev.network import release_test_range_guard
 from kvant_dev.process import is_alive, stop_group
 from kvant_dev.toolchain import Toolchain, cache_dir
 
 
 class ClusterState(TypedDict):
     kubeconfig: str
+    node_root: str
     prometheus: str | None
     processes: dict[str, int]
     logs: str
@@ -54,22 +58,27 @@ def _up(args: argparse.Namespace) -> int:
     cluster = LocalCluster(
         state_dir(), nodes=args.nodes, gpus_per_node=args.gpus_per_node, tied_to_parent=False
     )
+    # Ctrl-C or SIGTERM half-way must not leave processes, links and routes without a state file.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         cluster.start_core()
         cluster.start_workloads()
         if args.prometheus:
             cluster.start_prometheus()
-    except Exception:
+    except BaseException:
         print(cluster.diagnostics())
         cluster.stop()
         raise
-    processes = dict(cluster.control_plane.processes)
+    # The node namespace's holder goes first here, so it is stopped last: pods, then kube-proxy, then it.
+    processes = {"node-netns": cluster.network.holder} if cluster.network.holder else {}
+    processes.update(cluster.control_plane.processes)
     if cluster.node_agent:
         processes["node-agent"] = cluster.node_agent
     if cluster.prometheus and cluster.prometheus.process:
         processes["prometheus"] = cluster.prometheus.process
     state: ClusterState = {
         "kubeconfig": str(cluster.kubeconfig),
+        "node_root": str(cluster.node_root),
         "prometheus": cluster.prometheus.url if cluster.prometheus else None,
         # Stop order: the node agent first, so it can stop its pods gracefully.
         "processes": {name: proc.pid for name, proc in reversed(list(processes.items()))},
@@ -89,6 +98,7 @@ def _down(args: argparse.Namespace) -> int:
     for name, pid in state["processes"].items():
         stop_group(int(pid), grace_seconds=20.0 if name == "node-agent" else 10.0)
         print(f"stopped {name} (pid {pid})")
+    release_test_range_guard()
     shutil.rmtree(state_dir(), ignore_errors=True)
     return 0
 
@@ -124,6 +134,7 @@ def _print_env(state: ClusterState) -> None:
     tools = Toolchain.locate()
     print(f"export KUBECONFIG={state['kubeconfig']}")
     print(f"export PATH={tools.kubectl.parent}:{tools.helm.parent}:$PATH")
+    print(f"export KVANT_NODE_ROOT={state['node_root']}  # the node's filesystem (hostPath, file://)")
     if state.get("prometheus"):
         print(f"# prometheus: {state['prometheus']}")
 

@@ -1,4 +1,8 @@
-"""etcd, kube-apiserver, kube-controller-manager and kube-scheduler on loopback."""
+"""etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kube-proxy.
+
+etcd and the controllers listen on loopback. The apiserver listens on the host's end of the cluster
+link (see `network`), which pods reach through the `kubernetes` Service as in any cluster.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,14 @@ from pathlib import Path
 
 import yaml
 
-from kvant_dev import pki
+from kvant_dev import dns, pki
 from kvant_dev.netutil import free_port, http_ok, wait_until
+from kvant_dev.network import Addresses
 from kvant_dev.process import ManagedProcess
 from kvant_dev.toolchain import Toolchain
 
-SERVICE_CIDR = "10.96.0.0/16"
 _START_TIMEOUT = 120.0
+KUBE_PROXY_HEALTH_PORT, KUBE_PROXY_METRICS_PORT = 10256, 10249
 
 
 @dataclass
@@ -26,10 +31,17 @@ class ControlPlane:
     tied_to_parent: bool = True
     processes: dict[str, ManagedProcess] = field(default_factory=dict)
     apiserver_port: int = 0
+    addresses: Addresses | None = None
+
+    @property
+    def net(self) -> Addresses:
+        if self.addresses is None:
+            raise RuntimeError("the control plane has not been started")
+        return self.addresses
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self.apiserver_port}"
+        return f"https://{self.net.host_ip}:{self.apiserver_port}"
 
     @property
     def kubeconfig(self) -> Path:
@@ -42,10 +54,17 @@ class ControlPlane:
     def log_path(self, name: str) -> Path:
         return self.workdir / "logs" / f"{name}.log"
 
-    def start_core(self) -> None:
+    def start_core(self, addresses: Addresses) -> None:
         """etcd and the apiserver: enough for CRDs, RBAC and the operator's reconcile logic."""
-        self.apiserver_port = free_port()
-        certs = pki.generate(self.pki_dir, ["127.0.0.1", "localhost", "10.96.0.1", "kubernetes.default.svc"])
+        self.addresses = addresses
+        self.apiserver_port = free_port(addresses.host_ip)
+        names = [
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        ]
+        certs = pki.generate(self.pki_dir, [addresses.host_ip, addresses.kubernetes_service_ip, *names])
         self._write_kubeconfig(certs)
         etcd_url = self._start_etcd()
         self._spawn("kube-apiserver", self._apiserver_argv(certs, etcd_url))
@@ -64,8 +83,8 @@ class ControlPlane:
                 f"--root-ca-file={certs_dir / 'ca.crt'}",
                 f"--cluster-signing-cert-file={certs_dir / 'ca.crt'}",
                 f"--cluster-signing-key-file={certs_dir / 'ca.key'}",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
-                # Pods are processes on loopback: no cloud, no node IPAM, no kube-proxy.
+                f"--service-cluster-ip-range={self.net.service_cidr}",
+                # The node agent assigns pod IPs itself; there is no cloud to program routes or LBs in.
                 "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route",
                 # Evict pods from a dead node agent quickly, so tests see it.
                 "--node-monitor-grace-period=20s",
@@ -75,6 +94,47 @@ class ControlPlane:
             "kube-scheduler",
             [str(self.toolchain.kube_scheduler), *self._component_flags()],
         )
+
+    def start_kube_proxy(self, netns: Path, node_name: str, env: dict[str, str]) -> None:
+        """kube-proxy in nftables mode inside the node namespace: it makes ClusterIPs real there.
+
+        It runs in a private mount namespace too, so nothing it might write lands on the host.
+        """
+        net = self.net
+        self._spawn(
+            "kube-proxy",
+            [
+                "nsenter", f"--net={netns}", "--",
+                "unshare", "--mount", "--propagation", "private", "--",
+                str(self.toolchain.kube_proxy),
+                f"--kubeconfig={self.kubeconfig}",
+                "--proxy-mode=nftables",
+                f"--hostname-override={node_name}",
+                f"--cluster-cidr={net.pod_cidr}",
+                f"--bind-address={net.node_ip}",  # the node's IP, for kube-proxy
+                f"--healthz-bind-address={net.node_ip}:{KUBE_PROXY_HEALTH_PORT}",
+                f"--metrics-bind-address={net.node_ip}:{KUBE_PROXY_METRICS_PORT}",
+                # NodePorts answer on the node's link address only, never on another interface.
+                f"--nodeport-addresses={net.node_ip}/32",
+                # The conntrack table is the node namespace's own; leave the host's sysctls alone.
+                "--conntrack-max-per-core=0",
+            ],
+            env=env,
+        )  # fmt: skip
+        health = f"http://{net.node_ip}:{KUBE_PROXY_HEALTH_PORT}/healthz"
+        wait_until(lambda: http_ok(health), _START_TIMEOUT, "kube-proxy /healthz", self.diagnostics)
+
+    def start_dns(self, netns: Path) -> None:
+        """CoreDNS in the node namespace, on the pod gateway's address (see `dns`)."""
+        config = self.workdir / "coredns" / "Corefile"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(dns.corefile(self.net, self.kubeconfig))
+        self._spawn(
+            "coredns",
+            ["nsenter", f"--net={netns}", "--", str(self.toolchain.coredns), "-conf", str(config)],
+        )
+        ready = f"http://{self.net.node_ip}:{dns.READY_PORT}/ready"
+        wait_until(lambda: http_ok(ready), _START_TIMEOUT, "CoreDNS /ready", self.diagnostics)
 
     def _component_flags(self) -> list[str]:
         """What the controller-manager and the scheduler share: credentials, loopback serving, no election."""
@@ -136,8 +196,8 @@ class ControlPlane:
         return [
             str(self.toolchain.kube_apiserver),
             f"--etcd-servers={etcd_url}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={self.net.host_ip}",
+            f"--advertise-address={self.net.host_ip}",
             f"--secure-port={self.apiserver_port}",
             f"--cert-dir={self.pki_dir}",
             f"--tls-cert-file={certs.apiserver.cert}",
@@ -152,9 +212,10 @@ class ControlPlane:
             f"--service-account-key-file={certs.service_account_pub}",
             f"--service-account-signing-key-file={certs.service_account_key}",
             "--service-account-issuer=https://kubernetes.default.svc",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--service-cluster-ip-range={self.net.service_cidr}",
             "--authorization-mode=Node,RBAC",
-            "--endpoint-reconciler-type=none",
+            # The `kubernetes` Service gets the apiserver as its endpoint, so pods reach it by ClusterIP.
+            "--endpoint-reconciler-type=lease",
             # The node agent serves pod logs over HTTPS like a kubelet; the apiserver proxies to it.
             f"--kubelet-client-certificate={certs.admin.cert}",
             f"--kubelet-client-key={certs.admin.key}",
@@ -185,7 +246,7 @@ class ControlPlane:
         }
         self.kubeconfig.write_text(yaml.safe_dump(config))
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         self.processes[name] = ManagedProcess(
-            name, argv, self.log_path(name), tied_to_parent=self.tied_to_parent
+            name, argv, self.log_path(name), env=env, tied_to_parent=self.tied_to_parent
         )

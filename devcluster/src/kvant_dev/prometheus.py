@@ -42,16 +42,17 @@ class Prometheus:
     scrape_configs: list[Obj]
     scrape_interval: str = "1s"
     tied_to_parent: bool = True
+    host: str = "127.0.0.1"  # a cluster's Prometheus listens on its host link, reachable from pods
     port: int = 0
     process: ManagedProcess | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.port = self.port or free_port()
+        self.port = self.port or free_port(self.host)
         config = {
             "global": {"scrape_interval": self.scrape_interval, "evaluation_interval": self.scrape_interval},
             "scrape_configs": self.scrape_configs,
@@ -62,7 +63,7 @@ class Prometheus:
             str(self.binary),
             f"--config.file={config_path}",
             f"--storage.tsdb.path={self.workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{self.port}",
+            f"--web.listen-address={self.host}:{self.port}",
             "--web.enable-lifecycle",
         ]
         self.process = ManagedProcess(

@@ -35,8 +35,11 @@ class Toolchain:
     kube_apiserver: Path
     kube_controller_manager: Path
     kube_scheduler: Path
+    kube_proxy: Path
+    coredns: Path
     helm: Path
     prometheus: Path
+    nft: Path
     kubectl: Path
 
     @classmethod
@@ -50,8 +53,11 @@ class Toolchain:
             kube_apiserver=kube / "kube-apiserver",
             kube_controller_manager=kube / "kube-controller-manager",
             kube_scheduler=kube / "kube-scheduler",
+            kube_proxy=kube / "kube-proxy",
+            coredns=bin_dir / f"coredns-{v['COREDNS_VERSION']}" / "coredns",
             helm=bin_dir / f"helm-{v['HELM_VERSION']}" / "helm",
             prometheus=bin_dir / "prometheus-deb" / "usr" / "bin" / "prometheus",
+            nft=bin_dir / "nftables-deb" / "usr" / "sbin" / "nft",
             kubectl=venv_kubectl if venv_kubectl.exists() else Path(shutil.which("kubectl") or venv_kubectl),
         )
         missing = [str(p) for p in vars(toolchain).values() if not Path(p).is_file()]
@@ -63,6 +69,14 @@ class Toolchain:
             )
         return toolchain
 
+    def nft_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """An environment in which `nft` (unpacked, not installed) is on PATH and finds its libraries."""
+        env = dict(os.environ if base is None else base)
+        root = self.nft.parent.parent.parent
+        env["PATH"] = f"{self.nft.parent}:{env.get('PATH', '/usr/bin:/bin')}"
+        env["LD_LIBRARY_PATH"] = str(root / "usr" / "lib" / "x86_64-linux-gnu")
+        return env
+
     def versions(self) -> dict[str, str]:
         """What each binary says of its own version (the first line of its output)."""
         commands = {
@@ -70,12 +84,15 @@ class Toolchain:
             "kube-apiserver": [str(self.kube_apiserver), "--version"],
             "kube-controller-manager": [str(self.kube_controller_manager), "--version"],
             "kube-scheduler": [str(self.kube_scheduler), "--version"],
+            "kube-proxy": [str(self.kube_proxy), "--version"],
+            "coredns": [str(self.coredns), "-version"],
             "kubectl": [str(self.kubectl), "version", "--client"],
             "helm": [str(self.helm), "version", "--short"],
             "prometheus": [str(self.prometheus), "--version"],
+            "nft": [str(self.nft), "--version"],
         }
         out = {}
         for name, argv in commands.items():
-            result = subprocess.run(argv, capture_output=True, text=True, check=False)
+            result = subprocess.run(argv, capture_output=True, text=True, check=False, env=self.nft_env())
             out[name] = (result.stdout or result.stderr).strip().splitlines()[0]
         return out

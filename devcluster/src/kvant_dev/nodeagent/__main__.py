@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
-import urllib.parse
 from pathlib import Path
 from types import FrameType
 
@@ -24,17 +23,20 @@ def main() -> None:
     parser.add_argument("--kubelet-version", default="v0.0.0")
     parser.add_argument("--tie-pods", action="store_true", help="pods die with the agent (tests)")
     parser.add_argument("--prometheus-targets", type=Path, help="write Prometheus file_sd targets here")
+    parser.add_argument("--node-netns", type=Path, required=True, help="the node network namespace")
+    parser.add_argument("--network-slot", type=int, required=True, help="the cluster's network slot")
+    parser.add_argument("--cluster-dns", help="the DNS server ClusterFirst pods use (none: no cluster DNS)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     api = kube_config.new_client_from_config(str(args.kubeconfig))
-    server = urllib.parse.urlparse(api.configuration.host)
     agent = NodeAgent(
         api,
         AgentConfig(
             root=args.root,
             pki_dir=args.pki_dir,
-            apiserver_host=server.hostname or "127.0.0.1",
-            apiserver_port=server.port or 443,
+            node_netns=args.node_netns,
+            network_slot=args.network_slot,
+            cluster_dns=args.cluster_dns,
             nodes=args.nodes,
             gpus_per_node=args.gpus_per_node,
             kubelet_version=args.kubelet_version,

@@ -15,11 +15,15 @@ from kubernetes.client.exceptions import ApiException
 
 from kvant_dev import pki
 from kvant_dev.netutil import free_port
+from kvant_dev.network import Addresses
+from kvant_dev.nodeagent.fieldrefs import service_links
 from kvant_dev.nodeagent.images import load_image_map
 from kvant_dev.nodeagent.informer import Informer
 from kvant_dev.nodeagent.logserver import serve_logs
 from kvant_dev.nodeagent.node import NodeHeartbeat, NodeSpec
 from kvant_dev.nodeagent.podrunner import PodContext, PodRunner
+from kvant_dev.nodeagent.rootfs import read_host_submounts
+from kvant_dev.nodeagent.sandbox import PodNetwork
 from kvant_dev.nodeagent.scrape_targets import write_targets
 
 Obj = dict[str, Any]
@@ -31,8 +35,9 @@ _TICK, _LEASE_EVERY, _STATUS_EVERY = 0.25, 5.0, 30.0
 class AgentConfig:
     root: Path
     pki_dir: Path
-    apiserver_host: str
-    apiserver_port: int
+    node_netns: Path  # the node network namespace, with the pod bridge
+    network_slot: int  # the cluster's slot: its pod subnet (see kvant_dev.network)
+    cluster_dns: str | None = None  # the nameserver of ClusterFirst pods, as the kubelet's --cluster-dns
     nodes: int = 1
     gpus_per_node: int = 8
     kubelet_version: str = "v0.0.0"
@@ -46,6 +51,7 @@ class NodeAgent:
         self.core = client.CoreV1Api(api)
         self.nodes = [self._node_spec(i) for i in range(config.nodes)]
         self.heartbeats = [NodeHeartbeat(api, spec) for spec in self.nodes]
+        self.addresses = Addresses(config.network_slot)
         self.runners: dict[str, PodRunner] = {}  # by pod uid
         self._ips: dict[str, str] = {}  # pod uid -> pod IP
         self._lock = threading.Lock()
@@ -59,24 +65,33 @@ class NodeAgent:
                 "pvcs", self.core.list_persistent_volume_claim_for_all_namespaces
             ),
             "PersistentVolume": Informer("pvs", self.core.list_persistent_volume),
+            "Service": Informer("services", self.core.list_service_for_all_namespaces),
         }
         self.ctx = PodContext(
             lookup=self._lookup,
             token_source=self._token,
             image_map=load_image_map(),
-            base_env={
-                "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
-                "HOME": "/root",
-                "PYTHONUNBUFFERED": "1",
-                # No kube-proxy here: in-cluster clients reach the apiserver directly on loopback.
-                "KUBERNETES_SERVICE_HOST": config.apiserver_host,
-                "KUBERNETES_SERVICE_PORT": str(config.apiserver_port),
-                "KUBERNETES_SERVICE_PORT_HTTPS": str(config.apiserver_port),
-            },
+            base_env=self._base_env,
             root=config.root,
+            node_root=config.root / "fs",
+            network=PodNetwork(config.node_netns, self.addresses.gateway, cluster_dns=config.cluster_dns),
+            submounts=read_host_submounts(),
             tied_to_parent=config.tied_to_parent,
             patch_status=self._patch_status,
         )
+
+    def _base_env(self, namespace: str) -> dict[str, str]:
+        """What every container starts with: the image's PATH and HOME, then the Service variables
+        of its namespace and the apiserver's `kubernetes` Service (in-cluster clients read those)."""
+        services = self.informers["Service"].in_namespace(namespace)
+        kubernetes = self.informers["Service"].get("default", "kubernetes")
+        return {
+            "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": "/root",
+            "PYTHONUNBUFFERED": "1",
+            **service_links(services),
+            **service_links([kubernetes] if kubernetes else []),
+        }
 
     def _node_spec(self, index: int) -> NodeSpec:
         host_ip = f"127.0.{10 + index}.1"
@@ -200,15 +215,14 @@ class NodeAgent:
                 raise
 
     def _allocate_ip(self, uid: str, node: NodeSpec) -> str:
-        prefix = node.host_ip.rsplit(".", 1)[0]
+        """A free address of the cluster's pod subnet; every node shares the one bridge."""
         with self._lock:
             used = set(self._ips.values())
-            for host in range(2, 255):
-                candidate = f"{prefix}.{host}"
+            for candidate in self.addresses.pod_ips():
                 if candidate not in used:
                     self._ips[uid] = candidate
                     return candidate
-        raise RuntimeError(f"node {node.name} has no free loopback pod IPs left")
+        raise RuntimeError(f"node {node.name}: no free pod IPs left in {self.addresses.pod_cidr}")
 
     def _lookup(self, kind: str, namespace: str, name: str) -> Obj | None:
         return self.informers[kind].get(namespace, name)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,19 +19,6 @@ _BACKOFF_START, _BACKOFF_MAX, _BACKOFF_RESET = 1.0, 30.0, 60.0
 
 def rfc3339(ts: float | None = None) -> str:
     return datetime.fromtimestamp(time.time() if ts is None else ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def mount_wrapper(mounts: list[tuple[Path, str, bool]]) -> list[str]:
-    """argv prefix that runs the command in a private mount namespace with the pod's volumes bound."""
-    steps = []
-    for host_path, mount_path, read_only in sorted(mounts, key=lambda m: len(m[1])):
-        src, dst = shlex.quote(str(host_path)), shlex.quote(mount_path)
-        make = f"mkdir -p {dst}" if host_path.is_dir() else f"mkdir -p $(dirname {dst}) && touch {dst}"
-        steps.append(f"{make} && mount --bind {src} {dst}")
-        if read_only:
-            steps.append(f"mount -o remount,bind,ro {dst}")
-    script = " && ".join([*steps, 'exec "$@"'])
-    return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh"]
 
 
 @dataclass
@@ -60,11 +46,11 @@ class Container:
         args = self.spec.get("args") or []
         return [expand(str(part), env) for part in [*command, *args]]
 
-    def start(self, env: dict[str, str], mounts: list[tuple[Path, str, bool]], cwd: Path, tied: bool) -> None:
-        argv = mount_wrapper(mounts) + self.argv(env)
+    def start(self, env: dict[str, str], isolation: list[str], cwd: Path, tied: bool) -> None:
+        """Starts the container's command behind `isolation`, the argv prefix of its namespaces."""
+        argv = isolation + self.argv(env)
         log_path = self.log_dir / f"{self.name}.{self.restart_count}.log"
-        workdir = Path(self.spec.get("workingDir") or cwd)
-        self.process = ManagedProcess(self.name, argv, log_path, env=env, cwd=workdir, tied_to_parent=tied)
+        self.process = ManagedProcess(self.name, argv, log_path, env=env, cwd=cwd, tied_to_parent=tied)
         self.started_at, self.finished = time.time(), None
         now = time.monotonic()
         self.startup = ProbeState(self.spec["startupProbe"], now) if "startupProbe" in self.spec else None

@@ -50,6 +50,30 @@ def object_data(obj: Obj) -> dict[str, str]:
     return data
 
 
+def service_links(services: list[Obj]) -> dict[str, str]:
+    """The kubelet's Service variables (`enableServiceLinks`): NAME_SERVICE_HOST, _SERVICE_PORT,
+    _SERVICE_PORT_<PORT NAME>, and the Docker-link style NAME_PORT_<port>_<PROTO>_* ones."""
+    env: dict[str, str] = {}
+    for service in services:
+        spec = service.get("spec") or {}
+        ip, ports = spec.get("clusterIP"), spec.get("ports") or []
+        if not ip or ip == "None" or not ports:
+            continue  # headless Services and ExternalName get no variables
+        name = service["metadata"]["name"].upper().replace("-", "_")
+        env[f"{name}_SERVICE_HOST"] = ip
+        env[f"{name}_SERVICE_PORT"] = str(ports[0]["port"])
+        for port in ports:
+            number, proto = str(port["port"]), str(port.get("protocol", "TCP"))
+            if port.get("name"):
+                env[f"{name}_SERVICE_PORT_{port['name'].upper().replace('-', '_')}"] = number
+            prefix = f"{name}_PORT_{number}_{proto}"
+            env[prefix] = f"{proto.lower()}://{ip}:{number}"
+            env[f"{prefix}_PROTO"], env[f"{prefix}_PORT"], env[f"{prefix}_ADDR"] = proto.lower(), number, ip
+        first = ports[0]
+        env[f"{name}_PORT"] = f"{str(first.get('protocol', 'TCP')).lower()}://{ip}:{first['port']}"
+    return env
+
+
 def expand(text: str, env: dict[str, str]) -> str:
     """$(VAR) expansion for command, args and env values; unknown refs stay as written."""
 

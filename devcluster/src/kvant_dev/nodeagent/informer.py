@@ -45,6 +45,10 @@ class Informer:
         with self._lock:
             return self.store.get((namespace, name))
 
+    def in_namespace(self, namespace: str) -> list[Obj]:
+        with self._lock:
+            return [obj for (ns, _), obj in self.store.items() if ns == namespace]
+
     def start(self) -> None:
         threading.Thread(target=self._run, name=f"informer-{self.kind}", daemon=True).start()
 

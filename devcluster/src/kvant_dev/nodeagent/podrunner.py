@@ -10,9 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvant_dev.dns import hosts_file, resolv_conf
+from kvant_dev.network import NetworkSetupError
 from kvant_dev.nodeagent.container import Container, rfc3339
 from kvant_dev.nodeagent.fieldrefs import EnvError, Lookup, container_env
 from kvant_dev.nodeagent.images import LocalImage, UnsupportedImageError, resolve
+from kvant_dev.nodeagent.rootfs import Mount, MountError, resolve_mount_path, root_view_argv, sub_path
+from kvant_dev.nodeagent.sandbox import PodNetwork, PodSandbox
 from kvant_dev.nodeagent.volumes import PodVolumes, TokenSource, VolumeNotReadyError
 
 Obj = dict[str, Any]
@@ -26,8 +30,11 @@ class PodContext:
     lookup: Lookup
     token_source: TokenSource
     image_map: dict[str, LocalImage]
-    base_env: dict[str, str]
-    root: Path
+    base_env: Callable[[str], dict[str, str]]  # namespace -> PATH, HOME, Service variables...
+    root: Path  # the agent's folder: pods/ below it
+    node_root: Path  # the nodes' filesystem: hostPath and local PV paths resolve below it
+    network: PodNetwork
+    submounts: list[str]  # the host's mounts each container root carries (see rootfs)
     tied_to_parent: bool
     patch_status: Callable[[str, str, Obj], None]
 
@@ -40,7 +47,11 @@ class PodRunner:
         meta = pod["metadata"]
         self.namespace, self.name = meta["namespace"], meta["name"]
         self.dir = ctx.root / "pods" / f"{self.namespace}_{self.name}_{meta['uid']}"
-        self.volumes = PodVolumes(pod, self.dir, ctx.lookup, ctx.token_source)
+        self.volumes = PodVolumes(pod, self.dir, ctx.node_root, ctx.lookup, ctx.token_source)
+        hostname = str(pod["spec"].get("hostname") or self.name)[:63]
+        self.sandbox = PodSandbox(
+            meta["uid"], hostname, pod_ip, ctx.network, log_dir=self.log_dir, tied=ctx.tied_to_parent
+        )
         self.init_containers: list[Container] = []
         self.containers: list[Container] = []
         self.waiting: Obj | None = {"reason": "ContainerCreating"}
@@ -62,11 +73,14 @@ class PodRunner:
         if self.prepared and self.phase() not in ("Succeeded", "Failed"):
             self.volumes.refresh()
             self._step_containers()
+        if self.phase() in ("Succeeded", "Failed"):
+            self.sandbox.destroy()  # nothing runs any more: give the pod's network back
         self.report()
 
     def terminate(self, grace_seconds: float) -> None:
         for container in [*self.init_containers, *self.containers]:
             container.kill(grace_seconds, "Killed")
+        self.sandbox.destroy()
 
     def phase(self) -> str:
         if not self.prepared or not self._inits_done():
@@ -95,11 +109,16 @@ class PodRunner:
             self.init_containers = [self._container(c) for c in spec.get("initContainers", [])]
             self.containers = [self._container(c) for c in spec["containers"]]
             self.volumes.setup()
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self.sandbox.create()
         except UnsupportedImageError as err:
             self.waiting = {"reason": "ErrImagePull", "message": str(err)}
             return
         except VolumeNotReadyError as err:
             self.waiting = {"reason": "ContainerCreating", "message": str(err)}
+            return
+        except NetworkSetupError as err:
+            self.waiting = {"reason": "ContainerCreating", "message": f"FailedCreatePodSandBox: {err}"}
             return
         self.prepared, self.waiting = True, None
 
@@ -146,15 +165,16 @@ class PodRunner:
             container.last_state = {}
             self.waiting = {"reason": "CreateContainerConfigError", "message": str(err)}
             return
-        mounts = []
-        for mount in container.spec.get("volumeMounts", []):
-            host = self.volumes.host_paths[mount["name"]]
-            if mount.get("subPath"):
-                host = host / mount["subPath"]
-            read_only = bool(mount.get("readOnly")) or self.volumes.read_only.get(mount["name"], False)
-            mounts.append((host, mount["mountPath"], read_only))
-        self.dir.mkdir(parents=True, exist_ok=True)
-        container.start(env, mounts, self.dir, self.ctx.tied_to_parent)
+        try:
+            mounts = self._mounts(container)
+        except MountError as err:
+            self.waiting = {"reason": "CreateContainerConfigError", "message": str(err)}
+            return
+        root = self.dir / "roots" / f"{container.name}.{container.restart_count}"
+        root.mkdir(parents=True, exist_ok=True)
+        workdir = str(container.spec.get("workingDir") or "/")
+        isolation = self.sandbox.enter() + root_view_argv(root, mounts, workdir, self.ctx.submounts)
+        container.start(env, isolation, self.dir, self.ctx.tied_to_parent)
         self.waiting = None
         log.info(
             "started %s/%s container %s (restart %d)",
@@ -164,8 +184,30 @@ class PodRunner:
             container.restart_count,
         )
 
+    def _mounts(self, container: Container) -> list[Mount]:
+        mounts = self._name_files()
+        for mount in container.spec.get("volumeMounts", []):
+            host = self.volumes.host_paths[mount["name"]]
+            if mount.get("subPath"):
+                host = sub_path(host, mount["subPath"])
+            read_only = bool(mount.get("readOnly")) or self.volumes.read_only.get(mount["name"], False)
+            mounts.append(Mount(host, resolve_mount_path(mount["mountPath"]), read_only))
+        return mounts
+
+    def _name_files(self) -> list[Mount]:
+        """/etc/hosts, and /etc/resolv.conf for ClusterFirst pods, written for the pod as the kubelet does."""
+        etc = self.dir / "etc"
+        etc.mkdir(parents=True, exist_ok=True)
+        (etc / "hosts").write_text(hosts_file(self.pod_ip, self.sandbox.hostname))
+        mounts = [Mount(etc / "hosts", resolve_mount_path("/etc/hosts"), read_only=True)]
+        nameserver = self.ctx.network.cluster_dns
+        if nameserver and self.pod["spec"].get("dnsPolicy", "ClusterFirst").startswith("ClusterFirst"):
+            (etc / "resolv.conf").write_text(resolv_conf(self.namespace, nameserver))
+            mounts.append(Mount(etc / "resolv.conf", resolve_mount_path("/etc/resolv.conf"), read_only=True))
+        return mounts
+
     def _base_env(self) -> dict[str, str]:
-        return {**self.ctx.base_env, "HOSTNAME": self.name}
+        return {**self.ctx.base_env(self.namespace), "HOSTNAME": self.name}
 
     def _pod_with_ips(self) -> Obj:
         return {

@@ -1,6 +1,10 @@
 """Pod volumes as host folders: emptyDir, hostPath, PVCs on hostPath/local PVs, and
 ConfigMap/Secret/downwardAPI/projected files refreshed in place like the kubelet
-(new content goes to a fresh folder and the `..data` symlink is swapped atomically)."""
+(new content goes to a fresh folder and the `..data` symlink is swapped atomically).
+
+hostPath and local PV paths are the node's paths: they resolve below the node's own root
+(`node_root`, inside the cluster's folder), as a kind node's paths live in its container. A path
+that is missing fails the pod as the kubelet does; only `DirectoryOrCreate` creates it."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kvant_dev.nodeagent.fieldrefs import Lookup, field_value, object_data
@@ -18,6 +22,13 @@ from kvant_dev.nodeagent.fieldrefs import Lookup, field_value, object_data
 Obj = dict[str, Any]
 TokenSource = Callable[[Obj, Obj], tuple[str, float]]  # (pod, projection) -> (token, expires_at)
 _REFRESHED = ("configMap", "secret", "downwardAPI", "projected")
+# hostPath type -> (the check the kubelet makes, what it expects); an empty type checks existence only.
+_HOST_PATH_TYPES: dict[str, tuple[Callable[[Path], bool], str]] = {
+    "Directory": (Path.is_dir, "a directory"),
+    "DirectoryOrCreate": (Path.is_dir, "a directory"),
+    "File": (Path.is_file, "a file"),
+    "FileOrCreate": (Path.is_file, "a file"),
+}
 
 
 class VolumeNotReadyError(RuntimeError):
@@ -28,6 +39,7 @@ class VolumeNotReadyError(RuntimeError):
 class PodVolumes:
     pod: Obj
     root: Path
+    node_root: Path
     lookup: Lookup
     token_source: TokenSource
     host_paths: dict[str, Path] = field(default_factory=dict)
@@ -52,10 +64,8 @@ class PodVolumes:
             path.mkdir(parents=True, exist_ok=True)
             return path
         if "hostPath" in volume:
-            path = Path(volume["hostPath"]["path"])
-            if volume["hostPath"].get("type") in ("DirectoryOrCreate", None, ""):
-                path.mkdir(parents=True, exist_ok=True)
-            return path
+            host_path = volume["hostPath"]
+            return self._node_path(f"volume {name!r}", host_path["path"], host_path.get("type") or "")
         if "persistentVolumeClaim" in volume:
             claim = volume["persistentVolumeClaim"]
             self.read_only[name] = bool(claim.get("readOnly", False))
@@ -79,8 +89,27 @@ class PodVolumes:
         source = pv["spec"].get("hostPath") or pv["spec"].get("local")
         if not source:
             raise VolumeNotReadyError(f"PersistentVolume {pv_name} is neither hostPath nor local")
-        path = Path(source["path"])
-        path.mkdir(parents=True, exist_ok=True)
+        return self._node_path(f"PersistentVolume {pv_name}", source["path"], source.get("type") or "")
+
+    def _node_path(self, what: str, node_path: str, kind: str) -> Path:
+        """A node path's folder on this machine, checked against its hostPath type."""
+        relative = PurePosixPath(node_path)
+        if not relative.is_absolute() or ".." in relative.parts:
+            raise VolumeNotReadyError(f"{what}: hostPath {node_path!r} must be absolute, without '..'")
+        path = self.node_root / str(relative).lstrip("/")
+        if kind == "DirectoryOrCreate":
+            path.mkdir(parents=True, exist_ok=True)
+        elif kind == "FileOrCreate":
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch(exist_ok=True)
+        check, expected = _HOST_PATH_TYPES.get(kind, (Path.exists, "an existing path"))
+        if not check(path):
+            raise VolumeNotReadyError(
+                f"MountVolume.SetUp failed for {what}: hostPath type check failed: {node_path} is not "
+                f"{expected} on the node (node paths live under {self.node_root})"
+            )
+        if not path.resolve().is_relative_to(self.node_root.resolve()):
+            raise VolumeNotReadyError(f"{what}: hostPath {node_path!r} leads outside the node's filesystem")
         return path
 
     def _files_for(self, volume: Obj) -> dict[str, bytes]:
