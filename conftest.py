@@ -11,6 +11,7 @@ from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
+from tests import host_leftovers
 from tests.startup_report import report_startup
 
 from kvant_dev.cluster import LocalCluster
@@ -18,6 +19,23 @@ from kvant_dev.prometheus import Prometheus, static_job
 from kvant_dev.toolchain import MissingBinaryError, Toolchain
 
 _session_cluster: LocalCluster | None = None
+_HOST_BEFORE = pytest.StashKey[tuple[set[str], set[str]]]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_HOST_BEFORE] = (host_leftovers.snapshot(), host_leftovers.network_snapshot())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fails the run when it left anything on the host (see tests/host_leftovers.py)."""
+    files_before, network_before = session.config.stash[_HOST_BEFORE]
+    left = host_leftovers.new_since(files_before, host_leftovers.snapshot())
+    left += host_leftovers.new_since(network_before, host_leftovers.network_snapshot())
+    if left:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"FAILED host leftovers: the suite left {left} on the host", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
