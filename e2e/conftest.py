@@ -7,9 +7,11 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -106,13 +108,48 @@ def tiny_checkpoint() -> Path:
     return shared_tiny_checkpoint("llama")
 
 
+@dataclass(frozen=True)
+class NodeDir:
+    """A folder on the local node's own filesystem: `host` is where this machine writes it, `node`
+    the path a hostPath volume or a file:// source names (node paths live in the cluster's folder)."""
+
+    host: Path
+    node: str
+
+    def __truediv__(self, name: str) -> NodeDir:
+        return NodeDir(self.host / name, f"{self.node}/{name}")
+
+    @property
+    def uri(self) -> str:
+        return f"file://{self.node}"
+
+
 @pytest.fixture
-def namespace(kvant_crds: LocalCluster, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace with a `kvant-artifacts` claim bound to a hostPath folder of this test."""
+def node_dir(kvant_crds: LocalCluster, request: pytest.FixtureRequest) -> NodeDir:
+    """A fresh folder of this test on the node."""
+    node = f"/srv/e2e/{_namespace_name(request.node)}"
+    folder = NodeDir(kvant_crds.node_path(node), node)
+    shutil.rmtree(folder.host, ignore_errors=True)
+    folder.host.mkdir(parents=True)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def node_checkpoint(kvant_crds: LocalCluster, tiny_checkpoint: Path) -> str:
+    """The tiny checkpoint at the node path examples/tiny.yaml names; returns its file:// URI."""
+    manifest: Obj = yaml.safe_load((REPO / "examples" / "tiny.yaml").read_text())
+    uri: str = manifest["spec"]["source"]["uri"]
+    shutil.copytree(tiny_checkpoint, kvant_crds.node_path(uri.removeprefix("file://")), dirs_exist_ok=True)
+    return uri
+
+
+@pytest.fixture
+def namespace(kvant_crds: LocalCluster, node_dir: NodeDir, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace with a `kvant-artifacts` claim bound to the node folder `node_dir/artifacts`."""
     name = _namespace_name(request.node)
-    artifacts = tmp_path / "artifacts"
-    artifacts.mkdir()
-    for obj in _namespace_objects(name, artifacts):
+    artifacts = node_dir / "artifacts"
+    artifacts.host.mkdir()
+    for obj in _namespace_objects(name, artifacts.node):
         kvant_crds.kubectl("apply", "-f", "-", input=json.dumps(obj))
     yield name
     kvant_crds.kubectl("delete", "namespace", name, "--wait=false")
@@ -125,7 +162,7 @@ def _namespace_name(node: pytest.Item) -> str:
     return f"e2e-{slug}-{hashlib.sha256(node.nodeid.encode()).hexdigest()[:6]}"
 
 
-def _namespace_objects(name: str, artifacts: Path) -> list[Obj]:
+def _namespace_objects(name: str, artifacts: str) -> list[Obj]:
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
         {
@@ -136,7 +173,7 @@ def _namespace_objects(name: str, artifacts: Path) -> list[Obj]:
                 "capacity": {"storage": "10Gi"},
                 "accessModes": ["ReadWriteMany"],
                 "storageClassName": "kvant-local",
-                "hostPath": {"path": str(artifacts)},
+                "hostPath": {"path": artifacts, "type": "Directory"},
                 "claimRef": {"namespace": name, "name": "kvant-artifacts"},
             },
         },
@@ -154,13 +191,12 @@ def _namespace_objects(name: str, artifacts: Path) -> list[Obj]:
 
 
 @pytest.fixture
-def tiny_model(tiny_checkpoint: Path) -> Callable[..., Obj]:
-    """The tiny example, pointed at this session's checkpoint; each override replaces a whole spec section."""
+def tiny_model(node_checkpoint: str) -> Callable[..., Obj]:
+    """The tiny example as written (its source is on the node); each override replaces a spec section."""
 
     def make(name: str = "tiny", **overrides: Any) -> Obj:
         manifest: Obj = yaml.safe_load((REPO / "examples" / "tiny.yaml").read_text())
         manifest["metadata"] = {"name": name}
-        manifest["spec"]["source"]["uri"] = f"file://{tiny_checkpoint}"
         manifest["spec"].update(overrides)
         return manifest
 

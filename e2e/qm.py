@@ -9,7 +9,7 @@ from kubernetes import client
 from tests.kube_wait import wait_for
 
 from kvant_dev.cluster import LocalCluster
-from kvant_operator.render.serving import serving_selector
+from kvant_operator.render.serving import METRICS_PORT, serving_selector
 
 Obj = dict[str, Any]
 
@@ -35,6 +35,18 @@ def serving_pods(cluster: LocalCluster, namespace: str, model: str) -> list[clie
     core = client.CoreV1Api(cluster.api_client())
     pods = core.list_namespaced_pod(namespace, label_selector=serving_selector(model)).items
     return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+
+def service_url(cluster: LocalCluster, namespace: str, name: str) -> str:
+    """The model's Service, as clients reach it: its ClusterIP (kube-proxy routes it to a gate)."""
+    service = client.CoreV1Api(cluster.api_client()).read_namespaced_service(name, namespace)
+    port = next(p.port for p in service.spec.ports if p.name == "http")
+    return f"http://{service.spec.cluster_ip}:{port}"
+
+
+def metrics_url(pod: client.V1Pod) -> str:
+    """A serving pod's metrics port: the gate's series followed by its engine's."""
+    return f"http://{pod.status.pod_ip}:{METRICS_PORT}"
 
 
 def apply(cluster: LocalCluster, namespace: str, manifest: Obj) -> None:

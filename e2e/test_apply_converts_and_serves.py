@@ -10,12 +10,12 @@ import pytest
 from kubernetes import client
 from tests.kube_wait import wait_for
 
-from e2e.qm import apply, get_qm, is_true, serving_pods, wait_ready
+from e2e.qm import apply, get_qm, is_true, service_url, serving_pods, wait_ready
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
 
-def test_apply_converts_calibrates_and_serves_ready(cluster, operator, namespace, tiny_model, tmp_path):
+def test_apply_converts_calibrates_and_serves_ready(cluster, operator, namespace, tiny_model, node_dir):
     apply(cluster, namespace, tiny_model())  # examples/tiny.yaml as shipped: INT4 g32, FP8 KV, calibrated
     wait_for(
         lambda: is_true(get_qm(cluster, namespace, "tiny"), "Converted"),
@@ -29,7 +29,7 @@ def test_apply_converts_calibrates_and_serves_ready(cluster, operator, namespace
     assert is_true(qm, "Calibrated") and is_true(qm, "Validated")
     assert status["artifact"]["digest"].startswith("sha256:")
     assert status["plan"]["kvCacheDtype"] == "fp8_e4m3" and status["plan"]["kvTokensPerReplica"] > 0
-    artifact = tmp_path / "artifacts" / status["artifact"]["uri"].rsplit("/", 1)[-1]
+    artifact = node_dir.host / "artifacts" / status["artifact"]["uri"].rsplit("/", 1)[-1]
     config = json.loads((artifact / "config.json").read_text())
     assert config["quantization_config"]["format"] == "pack-quantized"
     assert config["quantization_config"]["kv_cache_scheme"]["type"] == "float"
@@ -41,7 +41,9 @@ def test_apply_converts_calibrates_and_serves_ready(cluster, operator, namespace
     assert engine_args[engine_args.index("--kv-tokens") + 1] == str(status["plan"]["kvTokensPerReplica"])
     body = json.dumps({"text": "hello", "sampling_params": {"max_new_tokens": 4}}).encode()
     request = urllib.request.Request(
-        f"http://{pod.status.pod_ip}:8000/generate", data=body, headers={"Content-Type": "application/json"}
+        f"{service_url(cluster, namespace, 'tiny')}/generate",
+        data=body,
+        headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(request, timeout=10) as response:
         assert response.status == 200

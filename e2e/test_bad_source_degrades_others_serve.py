@@ -13,15 +13,15 @@ pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
 
 def test_unknown_architecture_is_degraded_while_good_model_gets_ready(
-    cluster, operator, namespace, tiny_model, tmp_path
+    cluster, operator, namespace, tiny_model, node_dir
 ):
-    broken = tmp_path / "mystery-model"
-    broken.mkdir()
-    (broken / "config.json").write_text(
+    broken = node_dir / "mystery-model"
+    broken.host.mkdir()
+    (broken.host / "config.json").write_text(
         json.dumps({"architectures": ["MysteryForCausalLM"], "hidden_size": 64})
     )
     bad = tiny_model("mystery", kvCache={"dtype": "bf16"})
-    bad["spec"]["source"]["uri"] = f"file://{broken}"
+    bad["spec"]["source"]["uri"] = broken.uri
     apply(cluster, namespace, bad)
     apply(cluster, namespace, tiny_model("good", kvCache={"dtype": "bf16"}))
     # Calibrated FP8 scales need an artifact to write into; bf16 weights convert nothing.

@@ -15,14 +15,14 @@ pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
 
 def test_truncated_shard_gives_conversion_failed_then_a_retry(
-    cluster, operator, namespace, tiny_model, tiny_checkpoint, tmp_path
+    cluster, operator, namespace, tiny_model, tiny_checkpoint, node_dir
 ):
-    broken = tmp_path / "broken-model"
-    shutil.copytree(tiny_checkpoint, broken)
-    shard = sorted(broken.glob("*.safetensors"))[-1]
+    broken = node_dir / "broken-model"
+    shutil.copytree(tiny_checkpoint, broken.host)
+    shard = sorted(broken.host.glob("*.safetensors"))[-1]
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])  # headers intact, data cut short
     manifest = tiny_model("broken", kvCache={"dtype": "bf16"})
-    manifest["spec"]["source"]["uri"] = f"file://{broken}"
+    manifest["spec"]["source"]["uri"] = broken.uri
     apply(cluster, namespace, manifest)
 
     def failed() -> dict | None:

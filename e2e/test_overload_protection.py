@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from e2e.capacity import MEM_FRACTION, gpu_memory_for_tokens
-from e2e.qm import apply, serving_pods, wait_ready
+from e2e.qm import apply, metrics_url, service_url, serving_pods, wait_ready
 from kvant_dev.loadgen import LoadShape, engine_retractions, generate_load
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
@@ -26,7 +26,8 @@ TWICE_THE_CACHE = LoadShape(clients=12, seconds=15, prompt_tokens=400, new_token
 SIX_TIMES_THE_CACHE = LoadShape(clients=40, seconds=15, prompt_tokens=400, new_tokens=200, slo_seconds=8)
 
 
-def _serve(cluster, namespace, tiny_model, gpu_gib: float, mode: str) -> str:
+def _serve(cluster, namespace, tiny_model, gpu_gib: float, mode: str) -> tuple[str, str]:
+    """Serves a model with this protection mode; returns its Service URL and its pod's metrics URL."""
     name = f"load-{mode}"
     apply(
         cluster,
@@ -45,7 +46,7 @@ def _serve(cluster, namespace, tiny_model, gpu_gib: float, mode: str) -> str:
         ),
     )
     wait_ready(cluster, namespace, name)
-    return serving_pods(cluster, namespace, name)[0].status.pod_ip
+    return service_url(cluster, namespace, name), metrics_url(serving_pods(cluster, namespace, name)[0])
 
 
 @pytest.mark.parametrize("load", [TWICE_THE_CACHE, SIX_TIMES_THE_CACHE], ids=["2x-slo4s", "6x-slo8s"])
@@ -55,10 +56,10 @@ def test_enforce_keeps_the_cache_and_goodput_under_overload(
     gpu_gib = gpu_memory_for_tokens(tiny_checkpoint, KV_TOKENS)
     results = {}
     for mode in ("off", "enforce"):
-        pod_ip = _serve(cluster, namespace, tiny_model, gpu_gib, mode)
-        before = engine_retractions(f"http://{pod_ip}:30000")
-        result = generate_load(f"http://{pod_ip}:8000", load)
-        results[mode] = (result, engine_retractions(f"http://{pod_ip}:30000") - before)
+        url, pod_metrics = _serve(cluster, namespace, tiny_model, gpu_gib, mode)
+        before = engine_retractions(pod_metrics)
+        result = generate_load(url, load)
+        results[mode] = (result, engine_retractions(pod_metrics) - before)
 
     (off, off_retractions), (enforce, enforce_retractions) = results["off"], results["enforce"]
     summary = {

@@ -7,7 +7,7 @@ import pytest
 from tests.kube_wait import wait_for
 
 from e2e.capacity import MEM_FRACTION, gpu_memory_for_tokens
-from e2e.qm import apply, condition, get_qm, serving_pods, wait_ready
+from e2e.qm import apply, condition, get_qm, metrics_url, service_url, serving_pods, wait_ready
 from kvant_dev.loadgen import LoadShape, engine_retractions, generate_load
 from kvant_dev.prometheus import Prometheus, pod_discovery_job
 
@@ -62,8 +62,8 @@ def test_prometheus_loss_is_reported_and_gate_keeps_protecting(
     lost = wait_for(lambda: _cache_protected(cluster, namespace, "Unknown"), 60, "the loss to be reported")
     assert lost["reason"] == "MetricsUnavailable" and prometheus.url in lost["message"]
 
-    pod_ip = serving_pods(cluster, namespace, "watched")[0].status.pod_ip
-    before = engine_retractions(f"http://{pod_ip}:30000")
-    load = generate_load(f"http://{pod_ip}:8000", LOAD)
+    pod_metrics = metrics_url(serving_pods(cluster, namespace, "watched")[0])
+    before = engine_retractions(pod_metrics)
+    load = generate_load(service_url(cluster, namespace, "watched"), LOAD)
     assert load.statuses[429] > 0 and load.completed > 0
-    assert engine_retractions(f"http://{pod_ip}:30000") - before <= 2, dict(load.statuses)
+    assert engine_retractions(pod_metrics) - before <= 2, dict(load.statuses)

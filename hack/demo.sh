@@ -5,12 +5,14 @@ set -euo pipefail
 VENV="$1"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 export PATH="$VENV/bin:$PATH"
-MODEL_DIR=/var/lib/kvant/models/tiny-llama   # the path examples/tiny.yaml names
-ARTIFACTS=/var/lib/kvant/artifacts
+MODEL_PATH=/var/lib/kvant/models/tiny-llama   # the node path examples/tiny.yaml names
+ARTIFACTS_PATH=/var/lib/kvant/artifacts
 
 kvant dev down >/dev/null
 kvant dev up --prometheus
 eval "$(kvant dev env | grep '^export')"
+# Node paths live in the cluster's own folder (KVANT_NODE_ROOT), never on this machine's /var/lib.
+MODEL_DIR="$KVANT_NODE_ROOT$MODEL_PATH"
 echo
 kubectl get nodes -L nvidia.com/gpu.product
 
@@ -21,7 +23,7 @@ kubectl -n kvant-system get pods -o wide
 
 echo; echo "== a tiny checkpoint and an artifact volume for namespace demo"
 [[ -f "$MODEL_DIR/config.json" ]] || kvant tiny-model "$MODEL_DIR" >/dev/null
-mkdir -p "$ARTIFACTS"
+mkdir -p "$KVANT_NODE_ROOT$ARTIFACTS_PATH"
 kubectl apply -f - >/dev/null <<YAML
 apiVersion: v1
 kind: Namespace
@@ -34,7 +36,7 @@ spec:
   capacity: {storage: 10Gi}
   accessModes: [ReadWriteMany]
   storageClassName: kvant-local
-  hostPath: {path: $ARTIFACTS}
+  hostPath: {path: $ARTIFACTS_PATH, type: Directory}
   claimRef: {namespace: demo, name: kvant-artifacts}
 ---
 apiVersion: v1
@@ -57,14 +59,18 @@ for _ in $(seq 1 180); do
 done
 echo
 kubectl get qm -n demo
-kubectl get pods -n demo -o wide
+kubectl get pods,services -n demo -o wide
+echo; echo "== a request through the model's Service (ClusterIP; kube-proxy picks a replica's gate)"
+SERVICE_IP=$(kubectl get service tiny -n demo -o jsonpath='{.spec.clusterIP}')
+curl -s --max-time 10 "http://$SERVICE_IP/generate" -d '{"text":"hello","sampling_params":{"max_new_tokens":8}}'
+echo
 cat <<MSG
 
 The local cluster stays up. Try:
   eval "\$($VENV/bin/kvant dev env)"
   kubectl get qm -n demo tiny -o yaml                      # plan, artifact, protection, conditions
   kubectl patch qm tiny -n demo --type=merge -p '{"spec":{"limits":{"maxConcurrency":4}}}'
-  POD_IP=\$(kubectl get pod -n demo -l kvant.dev/model=tiny,kvant.dev/role -o jsonpath='{.items[0].status.podIP}')
-  curl -s http://\$POD_IP:8000/generate -d '{"text":"hello","sampling_params":{"max_new_tokens":8}}'
+  SERVICE_IP=\$(kubectl get service tiny -n demo -o jsonpath='{.spec.clusterIP}')
+  curl -s http://\$SERVICE_IP/generate -d '{"text":"hello","sampling_params":{"max_new_tokens":8}}'
 Stop it with: make demo-down
 MSG

@@ -39,13 +39,16 @@ REPO = Path(__file__).resolve().parents[2]
 NS = "bench"
 
 
-def manifest(name: str, checkpoint: Path) -> dict[str, Any]:
+NODE_CHECKPOINT = "/models/tiny"  # a node path: it lives in the cluster's folder
+
+
+def manifest(name: str) -> dict[str, Any]:
     return {
         "apiVersion": "kvant.dev/v1alpha1",
         "kind": "QuantizedModel",
         "metadata": {"name": name, "namespace": NS},
         "spec": {
-            "source": {"uri": f"file://{checkpoint}"},
+            "source": {"uri": f"file://{NODE_CHECKPOINT}"},
             "weights": {"format": "bf16"},
             "kvCache": {"dtype": "bf16"},
             "serving": {
@@ -85,9 +88,9 @@ def main() -> None:
     parser.add_argument("--patches", type=int, default=20)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kvant-bench-operator-"))
-    checkpoint = work / "tiny"
-    make_tiny_checkpoint(checkpoint)
     cluster = LocalCluster(work / "cluster")
+    checkpoint = cluster.node_path(NODE_CHECKPOINT)
+    make_tiny_checkpoint(checkpoint)
     try:
         cluster.start_core()
         cluster.start_workloads()
@@ -96,7 +99,7 @@ def main() -> None:
         cluster.kubectl("create", "namespace", NS)
         custom = client.CustomObjectsApi(cluster.api_client())
         for i in range(args.models):
-            body = manifest(f"m{i:03d}", checkpoint)
+            body = manifest(f"m{i:03d}")
             custom.create_namespaced_custom_object("kvant.dev", "v1alpha1", NS, "quantizedmodels", body)
             custom.patch_namespaced_custom_object_status(
                 "kvant.dev",
