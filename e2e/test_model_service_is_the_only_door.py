@@ -53,6 +53,13 @@ def _generate(url: str) -> int:
         return int(response.status)
 
 
+def _answers(url: str) -> bool:
+    try:
+        return _generate(url) == 200
+    except OSError:
+        return False
+
+
 def test_service_spreads_clients_over_gates_and_engines_stay_unreachable(
     cluster, operator, namespace, tiny_model
 ):
@@ -67,7 +74,9 @@ def test_service_spreads_clients_over_gates_and_engines_stay_unreachable(
     )
     url = service_url(cluster, namespace, "door")
 
-    # From the host: every request is answered, and each replica's gate admits some of them.
+    # From the host: once kube-proxy has programmed the Service, every request is answered, and each
+    # replica's gate admits some of them.
+    wait_for(lambda: _answers(url), 30, "the Service's ClusterIP to answer")
     before = {p.metadata.name: _admitted(p) for p in replicas}
 
     def both_served() -> bool:

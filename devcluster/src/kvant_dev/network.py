@@ -121,7 +121,7 @@ class ClusterNetwork:
                 tied_to_parent=self.tied_to_parent,
             )
             wait_for_new_netns(self.holder.pid)
-            self._configure(addresses)
+            self._configure(addresses, self.holder.pid)
         except BaseException:
             self.down()
             raise
@@ -147,9 +147,9 @@ class ClusterNetwork:
                 return addresses
         raise NetworkSetupError(f"all {MAX_SLOT} local cluster network slots are in use (`ip link show`)")
 
-    def _configure(self, a: Addresses) -> None:
+    def _configure(self, a: Addresses, holder_pid: int) -> None:
         ns = self.netns
-        run_ip("ip", "link", "set", a.node_link, "netns", str(self.holder.pid if self.holder else 0))
+        run_ip("ip", "link", "set", a.node_link, "netns", str(holder_pid))
         run_ip("ip", "addr", "add", f"{a.host_ip}/30", "dev", a.host_link)
         run_ip("ip", "link", "set", a.host_link, "up")
         for argv in (

@@ -207,7 +207,7 @@ class PodRunner:
         return mounts
 
     def _base_env(self) -> dict[str, str]:
-        return {**self.ctx.base_env(self.namespace), "HOSTNAME": self.name}
+        return {**self.ctx.base_env(self.namespace), "HOSTNAME": self.sandbox.hostname}
 
     def _pod_with_ips(self) -> Obj:
         return {
