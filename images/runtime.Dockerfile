@@ -1,4 +1,4 @@
-# The Kvant runtime: SGLang plus Kvant's cli, kernels and runtime packages. It runs the converter,
+# The Kvant runtime: SGLang plus Kvant's cli, contracts, kernels and runtime packages. It runs the converter,
 # calibrator, evaluator, SGLang launcher, gate and simulator (`kvant convert|launch|gate|sim …`).
 # Build from the repository root:
 #   docker build -f images/runtime.Dockerfile -t ghcr.io/kvant-dev/kvant-runtime:0.1.0 .
@@ -10,6 +10,7 @@ ENV PYTHONUNBUFFERED=1 \
 WORKDIR /opt/kvant
 COPY constraints.txt ./
 COPY cli/ cli/
+COPY contracts/ contracts/
 COPY kernels/ kernels/
 COPY runtime/ runtime/
 # --no-deps: SGLang's image already carries torch, transformers, safetensors, compressed-tensors,
@@ -17,7 +18,7 @@ COPY runtime/ runtime/
 # The import check fails the build if one of them is missing.
 # numba (the converter's INT4 kernel) is the one addition; its kernels are compiled here, into the
 # package's on-disk cache, so no converter pod pays the compile.
-RUN pip install --no-cache-dir --no-deps -c constraints.txt numba llvmlite ./cli ./kernels ./runtime \
+RUN pip install --no-cache-dir --no-deps -c constraints.txt numba llvmlite ./cli ./contracts ./kernels ./runtime \
     && python -c "import kvant_runtime.commands, kvant_kernels, compressed_tensors, safetensors, aiohttp, yaml, prometheus_client" \
     && python -c "import numpy as np; from kvant_kernels.int4 import quantize_pack; \
 quantize_pack(np.zeros((1, 32), np.uint16), 'BF16', 32); quantize_pack(np.zeros((1, 32), np.float32), 'F32', 32, 'BF16')" \

@@ -50,14 +50,14 @@ def test_chart_images_run_on_the_node_agent_and_match_operator_defaults():
 
 def test_operator_image_copies_no_torch_packages():
     copied = re.findall(r"^COPY (\S+)", IMAGES["kvant-operator"].read_text(), flags=re.MULTILINE)
-    assert sorted(copied) == ["cli/", "constraints.txt", "operator/"]
+    assert sorted(copied) == ["cli/", "constraints.txt", "contracts/", "operator/"]
 
 
 def test_runtime_image_is_sglang_plus_kvant_runtime():
     text = IMAGES["kvant-runtime"].read_text()
     assert re.search(r"^FROM lmsysorg/sglang:", text, flags=re.MULTILINE)
     copied = re.findall(r"^COPY (\S+)", text, flags=re.MULTILINE)
-    assert sorted(copied) == ["cli/", "constraints.txt", "kernels/", "runtime/"]
+    assert sorted(copied) == ["cli/", "constraints.txt", "contracts/", "kernels/", "runtime/"]
     pinned = re.search(r"^sglang==(\S+)$", (REPO / "constraints.txt").read_text(), flags=re.MULTILINE)
     assert pinned is not None
     assert f"FROM lmsysorg/sglang:v{pinned.group(1)}-" in text  # the SGLang whose parser validates flags

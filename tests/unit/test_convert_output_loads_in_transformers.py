@@ -11,7 +11,7 @@ from compressed_tensors.quantization.lifecycle.forward import fake_quantize
 from compressed_tensors.quantization.utils.helpers import calculate_qparams
 from transformers import AutoModelForCausalLM
 
-from kvant_runtime.convert.recipe import Recipe, should_quantize
+from kvant_runtime.convert.recipe import Recipe
 from tests.tiny_checkpoints import tiny_checkpoint
 from tests.unit.convert_harness import convert
 
@@ -29,15 +29,13 @@ def quantize_dequantize_reference(source, targets: str) -> torch.nn.Module:
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16)
     recipe = Recipe(group_size=GROUP, targets=targets)
     for name, module in model.named_modules():
-        if isinstance(module, torch.nn.Linear) and should_quantize(
-            f"{name}.weight", tuple(module.weight.shape), recipe
+        if isinstance(module, torch.nn.Linear) and recipe.rule.quantizes(
+            f"{name}.weight", tuple(module.weight.shape)
         ):
             module.weight.data = ct_fake_quantize(module.weight.data)
         # transformers fuses MoE experts into 3-D parameters; each expert slice is one checkpoint Linear
         # (gate_up_proj stacks gate and up by rows, and groups run along rows, so one call covers both).
-        if hasattr(module, "gate_up_proj") and should_quantize(
-            f"{name}.0.up_proj.weight", (1, GROUP), recipe
-        ):
+        if hasattr(module, "gate_up_proj") and recipe.rule.quantizes(f"{name}.0.up_proj.weight", (1, GROUP)):
             for fused in (module.gate_up_proj, module.down_proj):
                 for expert in range(fused.shape[0]):
                     fused.data[expert] = ct_fake_quantize(fused.data[expert])

@@ -23,6 +23,7 @@ print(",".join(sorted(m for m in {forbidden!r} if m in sys.modules)))
         ("kvant_operator", ["torch", "safetensors.torch", "transformers", "compressed_tensors"]),
         ("kvant_runtime", ["kopf"]),
         ("kvant_kernels", ["kopf", "kubernetes"]),
+        ("kvant_contracts", ["torch", "kopf", "kubernetes", "numpy"]),
         ("kvant_cli", ["torch", "kopf"]),
     ],
 )

@@ -2,8 +2,8 @@
 
 Tests, the demo and the end-to-end scenarios convert, calibrate and serve these instead of real
 models. Two architectures cover the shapes that matter: a Llama-style GQA model and a
-DeepSeek-V3-style MLA + MoE model, the latter in bf16 or FP8-block (DeepSeek's own layout:
-e4m3 weights with a float32 `weight_scale_inv` per 128 x 128 block).
+DeepSeek-V3-style MLA + MoE model, in bf16, fp16, fp32 (the same values, cast) or FP8-block
+(DeepSeek's own layout: e4m3 weights with a float32 `weight_scale_inv` per 128 x 128 block).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -20,11 +20,10 @@ from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, Pre
 
 from kvant_kernels.fp8_block import BLOCK
 from kvant_kernels.tensors import quantize_fp8_block
+from kvant_runtime.tinymodel_options import ARCHES, DTYPES, Arch, Dtype
 
-Arch = Literal["llama", "deepseek_v3"]
-Dtype = Literal["bf16", "fp8-block"]
-ARCHES: tuple[str, ...] = ("llama", "deepseek_v3")
-DTYPES: tuple[str, ...] = ("bf16", "fp8-block")
+# Dense dtypes other than bf16: the same bf16-initialised weights, cast (so every dtype has equal values).
+_CAST: dict[str, torch.dtype] = {"fp16": torch.float16, "fp32": torch.float32}
 
 # Every Linear input dimension is a multiple of 128, so all INT4 group sizes apply; kv_a_proj_with_mqa
 # has 144 outputs, so FP8-block sources get a cropped edge block.
@@ -93,6 +92,8 @@ def make_tiny_checkpoint(
     config.bos_token_id, config.eos_token_id, config.pad_token_id = 256, 257, 258
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)  # type: ignore[no-untyped-call]
+    if dtype in _CAST:
+        model = model.to(_CAST[dtype])
     # transformers writes the checkpoint names (per-expert MoE weights); the re-split gives exact shards.
     model.save_pretrained(out, max_shard_size=2**62)
     _split_into_shards(out, shards, fp8_block=dtype == "fp8-block")

@@ -1,10 +1,11 @@
 """Weight bytes after conversion, for the whole checkpoint and per GPU.
 
-Which tensors a conversion touches is decided here once: Linear weights of the decoder layers
-(2-D `*.weight` under `layers.N`), minus router gates, narrowed by `targets` and `ignore`. Every
-other tensor keeps its source representation. Sizes include the scales each format adds:
-  INT4 pack-quantized: int32 words holding 8 nibbles, a bf16 scale per group, an int64[2] shape;
-  FP8 block: one e4m3 byte per element and an f32 scale per 128x128 block.
+INT4 is sized from the converter's own layout (`kvant_contracts.int4_artifact`): the same rule picks
+the quantized tensors and the same function names what is written for each source tensor, so the
+plan's checkpoint bytes are the artifact's tensor bytes. The FP8-block and BF16 conversions, which
+only the planner models (what-ifs), use the same target rule:
+  FP8 block: one e4m3 byte per element and an f32 scale per 128x128 block;
+  BF16: FP8-block Linear weights dequantized to two bytes per element, their scales dropped.
 """
 
 from __future__ import annotations
@@ -13,16 +14,21 @@ import math
 import re
 from dataclasses import dataclass
 
+from kvant_contracts.int4_artifact import (
+    FP8_SCALE_SUFFIX,
+    TargetRule,
+    TensorSpec,
+    int4_outputs,
+    is_fp8_block_scale,
+    is_linear_weight,
+)
 from kvant_operator.api.spec import QuantTargets, WeightFormat
 from kvant_operator.planner.inventory import Inventory, Tensor
 
 FP8_BLOCK = 128
 FP8_DTYPES = frozenset({"F8_E4M3", "F8_E5M2"})
-_ROUTER_GATE = re.compile(r"\.mlp\.gate$")
-_EXPERT = re.compile(r"\.mlp\.experts\.\d+\.")
 # Kept whole on every TP rank by SGLang: MLA's down-projections and MoE router gates.
 _REPLICATED = re.compile(r"\.(q_a_proj|kv_a_proj_with_mqa|mlp\.gate)\.")
-_SCALE_SUFFIX = ".weight_scale_inv"
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,10 @@ class Conversion:
     targets: QuantTargets = QuantTargets.ALL_LINEAR
     ignore: tuple[str, ...] = ()
 
+    @property
+    def rule(self) -> TargetRule:
+        return TargetRule(self.targets.value, self.ignore)
+
 
 @dataclass(frozen=True)
 class WeightSizes:
@@ -43,27 +53,9 @@ class WeightSizes:
     indivisible_tensors: int  # targets whose input dimension is not a multiple of the group size
 
 
-def module_of(tensor: Tensor) -> str:
-    return tensor.name.rsplit(".", 1)[0]
-
-
-def is_linear_weight(tensor: Tensor) -> bool:
-    return (
-        tensor.name.endswith(".weight")
-        and len(tensor.shape) == 2
-        and tensor.layer is not None
-        and not _ROUTER_GATE.search(module_of(tensor))
-    )
-
-
-def is_ignored(module: str, ignore: tuple[str, ...]) -> bool:
-    """compressed-tensors ignore syntax: an exact module name, or "re:<regex>" matched from the start."""
-    return any(module == p or (p.startswith("re:") and re.match(p[3:], module)) for p in ignore)
-
-
 def source_format(inventory: Inventory) -> WeightFormat:
     """The format the checkpoint is in now, judged by its Linear weights."""
-    linear = [t for t in inventory.tensors if is_linear_weight(t)]
+    linear = [t for t in inventory.tensors if is_linear_weight(t.name, t.shape)]
     if any(t.name.endswith("weight_packed") for t in inventory.tensors):
         return WeightFormat.INT4
     if linear and sum(t.dtype in FP8_DTYPES for t in linear) * 2 > len(linear):
@@ -73,14 +65,12 @@ def source_format(inventory: Inventory) -> WeightFormat:
 
 def size_weights(inventory: Inventory, conversion: Conversion, tp: int, num_layers: int) -> WeightSizes:
     converted = [t for t in inventory.tensors if _converts(t, conversion)]
-    converted_names = {t.name for t in converted}
-    # A converted FP8 weight no longer needs its block scales.
-    dropped_scales = {f"{module_of(t)}{_SCALE_SUFFIX}" for t in converted}
+    dropped = _consumed_scales(inventory, conversion, {t.name for t in converted})
     total = per_gpu = 0.0
     for tensor in inventory.tensors:
-        if tensor.name in dropped_scales:
+        if tensor.name in dropped:
             continue
-        nbytes = _converted_bytes(tensor, conversion) if tensor.name in converted_names else tensor.nbytes
+        nbytes = _written_bytes(tensor, conversion)
         total += nbytes
         if tensor.layer is None or tensor.layer < num_layers:  # layers past num_layers are MTP heads
             per_gpu += nbytes if _is_replicated(tensor) else nbytes / tp
@@ -91,23 +81,33 @@ def size_weights(inventory: Inventory, conversion: Conversion, tp: int, num_laye
 
 
 def _converts(tensor: Tensor, conversion: Conversion) -> bool:
-    if not is_linear_weight(tensor):
-        return False
+    """Whether the conversion changes this weight's numbers (quantizes it, or dequantizes it)."""
     if conversion.format is WeightFormat.BF16:
-        return tensor.dtype in FP8_DTYPES  # dequantize; bf16 sources stay as they are
+        return tensor.dtype in FP8_DTYPES and is_linear_weight(tensor.name, tensor.shape)
     if conversion.format is WeightFormat.FP8 and tensor.dtype in FP8_DTYPES:
         return False
-    module = module_of(tensor)
-    in_targets = conversion.targets is QuantTargets.ALL_LINEAR or _EXPERT.search(module) is not None
-    return in_targets and not is_ignored(module, conversion.ignore)
+    return conversion.rule.quantizes(tensor.name, tensor.shape)
 
 
-def _converted_bytes(tensor: Tensor, conversion: Conversion) -> int:
-    out_features, in_features = tensor.shape
+def _consumed_scales(inventory: Inventory, conversion: Conversion, converted: set[str]) -> set[str]:
+    """FP8-block scales that are not written: all of them for INT4 (every FP8 weight is quantized or
+    dequantized), those of the dequantized weights for BF16, none for FP8."""
+    fp8_weights = frozenset(t.name for t in inventory.tensors if t.dtype in FP8_DTYPES)
     if conversion.format is WeightFormat.INT4:
-        packed = out_features * -(-in_features // 8) * 4
-        scales = out_features * -(-in_features // conversion.group_size) * 2
-        return packed + scales + 2 * 8
+        return {t.name for t in inventory.tensors if is_fp8_block_scale(t.name, fp8_weights)}
+    if conversion.format is WeightFormat.BF16:
+        return {name + FP8_SCALE_SUFFIX for name in converted}
+    return set()
+
+
+def _written_bytes(tensor: Tensor, conversion: Conversion) -> int:
+    if conversion.format is WeightFormat.INT4:
+        spec = TensorSpec(tensor.name, tensor.dtype, tensor.shape)
+        outputs = int4_outputs(spec, conversion.rule, conversion.group_size)
+        return sum(Tensor(t.name, t.dtype, t.shape).nbytes for t in outputs)
+    if not _converts(tensor, conversion):
+        return tensor.nbytes
+    out_features, in_features = tensor.shape
     if conversion.format is WeightFormat.FP8:
         return out_features * in_features + -(-out_features // FP8_BLOCK) * -(-in_features // FP8_BLOCK) * 4
     return out_features * in_features * 2

@@ -9,6 +9,7 @@ from typing import TextIO
 
 from kvant_runtime.convert.errors import ConvertError
 from kvant_runtime.convert.progress import Progress
+from kvant_runtime.tinymodel_options import ARCHES, DTYPES
 
 _DESCRIPTION = """\
 Convert a safetensors checkpoint (bf16/fp16/fp32 or FP8-block) to compressed-tensors INT4
@@ -117,8 +118,8 @@ def _register_tiny_model(subparsers: argparse._SubParsersAction[argparse.Argumen
         help="write a tiny random-weight checkpoint (Llama GQA or DeepSeek-V3 MLA+MoE) for tests and demos",
     )
     parser.add_argument("output", type=Path, metavar="OUTPUT_DIR")
-    parser.add_argument("--arch", choices=("llama", "deepseek_v3"), default="llama")
-    parser.add_argument("--dtype", choices=("bf16", "fp8-block"), default="bf16")
+    parser.add_argument("--arch", choices=ARCHES, default="llama")
+    parser.add_argument("--dtype", choices=DTYPES, default="bf16")
     parser.add_argument("--shards", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.set_defaults(run=_run_tiny_model)

@@ -19,17 +19,23 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from kvant_contracts.int4_artifact import (
+    FP8_SCALE_SUFFIX,
+    TensorSpec,
+    int4_outputs,
+    is_fp8,
+    is_fp8_block_scale,
+    is_linear_weight,
+    module_of,
+)
 from kvant_kernels.bits import bf16_bits, bf16_values
 from kvant_kernels.fp8_block import dequantize_fp8_block
 from kvant_kernels.int4 import check_groupable, quantize_pack
 from kvant_runtime.convert.errors import ConvertError
-from kvant_runtime.convert.recipe import Recipe, is_linear_weight, module_of, should_quantize
+from kvant_runtime.convert.recipe import Recipe
 from kvant_runtime.convert.safetensors_io import ShardReader, ShardWriter, TensorInfo, planned
 from kvant_runtime.convert.source import DENSE_DTYPES, SourceCheckpoint
 
-FP8_SCALE_SUFFIX = "_scale_inv"
-# FP8-block weights that stay unquantized are written in this dtype (dequantized once from fp32).
-FP8_UNQUANTIZED_DTYPE = "BF16"
 # Raw arrays on their way to the writer, by output tensor name; bytearrays are copied tensors.
 Results = list[tuple[str, npt.NDArray[np.generic] | bytearray]]
 
@@ -59,7 +65,8 @@ class ShardResult:
 
 def plan_shard(source: SourceCheckpoint, shard: str, reader: ShardReader, recipe: Recipe) -> list[TensorJob]:
     _check_index(source, shard, reader)
-    fp8_scales = {name for name in reader.tensors if source.fp8_block and _is_fp8_scale(source, name)}
+    indexed = set(source.weight_map)
+    fp8_scales = {name for name in reader.tensors if source.fp8_block and is_fp8_block_scale(name, indexed)}
     return [
         _plan_tensor(source, shard, reader.tensors[name], recipe)
         for name in sorted(reader.tensors)
@@ -79,23 +86,22 @@ def _check_index(source: SourceCheckpoint, shard: str, reader: ShardReader) -> N
         )
 
 
-def _is_fp8_scale(source: SourceCheckpoint, name: str) -> bool:
-    return name.endswith(FP8_SCALE_SUFFIX) and name.removesuffix(FP8_SCALE_SUFFIX) in source.weight_map
-
-
 def _plan_tensor(source: SourceCheckpoint, shard: str, info: TensorInfo, recipe: Recipe) -> TensorJob:
     where = f"{source.shard_path(shard)}: tensor {info.name!r}"
-    is_fp8 = info.dtype.startswith("F8_")
-    if is_fp8 and not source.fp8_block:
+    fp8 = is_fp8(info.dtype)
+    if fp8 and not source.fp8_block:
         raise ConvertError(
             f"{where} is {info.dtype} but config.json declares no FP8-block quantization_config; "
             f"unsupported dtype (supported: {', '.join(DENSE_DTYPES)}, or FP8-block sources)"
         )
-    scale_inv = info.name + FP8_SCALE_SUFFIX if is_fp8 else None
+    scale_inv = info.name + FP8_SCALE_SUFFIX if fp8 else None
     if scale_inv is not None and scale_inv not in source.weight_map:
         raise ConvertError(f"{where} is FP8 but the index has no {scale_inv!r} for it")
-    if should_quantize(info.name, info.shape, recipe):
-        if not is_fp8 and info.dtype not in DENSE_DTYPES:
+    # What is written is the shared layout, the one the planner sizes the artifact by.
+    layout = int4_outputs(TensorSpec(info.name, info.dtype, info.shape), recipe.rule, recipe.group_size)
+    outputs = tuple(planned(t.name, t.dtype, t.shape) for t in layout)
+    if recipe.rule.quantizes(info.name, info.shape):
+        if not fp8 and info.dtype not in DENSE_DTYPES:
             raise ConvertError(
                 f"{where} has unsupported dtype {info.dtype}; supported: {', '.join(DENSE_DTYPES)}"
             )
@@ -103,23 +109,10 @@ def _plan_tensor(source: SourceCheckpoint, shard: str, info: TensorInfo, recipe:
             check_groupable(info.shape, recipe.group_size)
         except ValueError as err:
             raise ConvertError(f"{where}: {err}") from err
-        return TensorJob(info, Action.QUANTIZE, _int4_outputs(info, recipe.group_size, is_fp8), scale_inv)
-    if is_fp8:
-        return TensorJob(
-            info, Action.DEQUANTIZE, (planned(info.name, FP8_UNQUANTIZED_DTYPE, info.shape),), scale_inv
-        )
+        return TensorJob(info, Action.QUANTIZE, outputs, scale_inv)
+    if fp8:
+        return TensorJob(info, Action.DEQUANTIZE, outputs, scale_inv)
     return TensorJob(info, Action.COPY, (info,))
-
-
-def _int4_outputs(info: TensorInfo, group_size: int, is_fp8: bool) -> tuple[TensorInfo, ...]:
-    module = module_of(info.name)
-    rows, cols = info.shape
-    scale_dtype = FP8_UNQUANTIZED_DTYPE if is_fp8 else info.dtype
-    return (
-        planned(f"{module}.weight_packed", "I32", (rows, cols // 8)),
-        planned(f"{module}.weight_scale", scale_dtype, (rows, cols // group_size)),
-        planned(f"{module}.weight_shape", "I64", (2,)),
-    )
 
 
 def unquantized_linear_modules(jobs: list[TensorJob]) -> list[str]:

@@ -1,0 +1,5 @@
+"""What the operator (no torch) and the runtime (no kopf) exchange or must decide alike, defined once.
+
+- `int4_artifact`: which tensors an INT4 conversion quantizes, and the tensors it writes for each
+  source tensor: the converter builds its output from it, the planner counts its bytes from it.
+"""

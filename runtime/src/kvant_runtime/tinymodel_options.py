@@ -1,0 +1,10 @@
+"""The tiny checkpoints' architectures and dtypes, torch-free, so `kvant tiny-model --help` stays light."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Arch = Literal["llama", "deepseek_v3"]
+Dtype = Literal["bf16", "fp16", "fp32", "fp8-block"]
+ARCHES: tuple[Arch, ...] = ("llama", "deepseek_v3")
+DTYPES: tuple[Dtype, ...] = ("bf16", "fp16", "fp32", "fp8-block")
