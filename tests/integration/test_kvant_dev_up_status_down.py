@@ -10,7 +10,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
+from kvant_dev.network import Addresses
 from kvant_dev.process import is_alive
 
 pytestmark = pytest.mark.cluster
@@ -33,7 +35,11 @@ def test_dev_cluster_lifecycle(tmp_path: Path) -> None:
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         state = json.loads((tmp_path / "dev" / "state.json").read_text())
-        assert set(state["processes"]) >= {"etcd", "kube-apiserver", "node-agent", "prometheus"}
+        assert set(state["processes"]) >= {
+            "etcd", "kube-apiserver", "kube-proxy", "coredns", "node-agent", "node-netns", "prometheus"
+        }  # fmt: skip
+        link = _own_link(state["kubeconfig"])
+        assert link in _ip("link") and f"dev {link}" in _ip("route")
         assert all(is_alive(pid) for pid in state["processes"].values())
 
         status = _kvant("status", env=env)
@@ -46,3 +52,17 @@ def test_dev_cluster_lifecycle(tmp_path: Path) -> None:
     assert down.returncode == 0
     assert not any(is_alive(pid) for pid in state["processes"].values())
     assert not (tmp_path / "dev").exists()
+    # Its network went with it: no link, no route through it (other clusters may still be up).
+    assert f" {link}:" not in _ip("link") and f"dev {link}" not in _ip("route")
+
+
+def _ip(what: str) -> str:
+    return subprocess.run(["ip", "-o", what, "show"], capture_output=True, text=True, check=True).stdout
+
+
+def _own_link(kubeconfig: str) -> str:
+    """The host veth of the cluster whose apiserver the kubeconfig names: it listens on the host end
+    of its slot's link, 198.19.255.(4 x slot + 1)."""
+    server = yaml.safe_load(Path(kubeconfig).read_text())["clusters"][0]["cluster"]["server"]
+    host = server.removeprefix("https://").rsplit(":", 1)[0]
+    return Addresses((int(host.rsplit(".", 1)[1]) - 1) // 4).host_link

@@ -143,7 +143,7 @@ class ClusterNetwork:
             addresses = Addresses(slot)
             if _try_create_link(addresses) or (_reclaim_stale(addresses) and _try_create_link(addresses)):
                 owner = f"kvant-dev pid={os.getpid()} {self.state_dir}"
-                run_ip("ip", "link", "set", addresses.host_link, "alias", owner[:120])
+                run_ip("ip", "link", "set", addresses.host_link, "alias", owner[:255])  # IFALIASZ
                 return addresses
         raise NetworkSetupError(f"all {MAX_SLOT} local cluster network slots are in use (`ip link show`)")
 
