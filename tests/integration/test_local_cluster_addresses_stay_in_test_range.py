@@ -70,7 +70,17 @@ def test_service_range_and_pod_ips_lie_in_the_benchmark_range(cluster):
     cluster.kubectl("delete", "pod", "addressed", "--wait=false")
 
 
-def test_both_ranges_route_into_the_cluster_and_the_rest_of_the_range_is_unreachable():
+def test_both_ranges_route_into_the_cluster_and_nothing_routes_out_of_it(cluster):
+    # Inside the node namespace (where every pod's traffic is routed): its own subnets only.
+    inside = subprocess.run(
+        ["nsenter", f"--net={cluster.network.netns}", "--", "ip", "-4", "route", "show"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "default" not in inside, f"the node namespace must not route anywhere else:\n{inside}"
+    for line in inside.splitlines():
+        first = line.split()[1] if line.startswith("unreachable") else line.split()[0]
+        assert ipaddress.ip_network(first).subnet_of(TEST_RANGE), line  # type: ignore[arg-type]
+    # On the host: both ranges into the cluster's link, the rest of the /15 fenced.
     routes = subprocess.run(["ip", "-4", "route", "show"], capture_output=True, text=True, check=True).stdout
     assert f"unreachable {TEST_RANGE}" in routes, "the whole range is fenced on the host"
     for line in routes.splitlines():

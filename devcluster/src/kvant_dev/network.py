@@ -11,8 +11,9 @@ nothing the cluster sends can ever be meant for a real network:
 The node namespace is held by a `sleep` process (like a pause container); when it dies the kernel
 removes the namespace, its bridge, its veths and the host routes through them. The host gets one
 route per range via the link, and an `unreachable` route for the whole /15, so that traffic to any
-of these addresses stays on this machine even while no cluster (or no kube-proxy) is up. No NAT and
-no route leads anywhere else, and the host's own forwarding stays off.
+of these addresses stays on this machine even while no cluster (or no kube-proxy) is up. The node
+namespace has no default route and there is no NAT, so no address outside the cluster is reachable
+from a pod, whatever the host's own forwarding says.
 
 Why a namespace per cluster rather than a bridge on the host: kube-proxy's nftables table has a fixed
 name, so two clusters on one machine (the demo beside the test suite) need two network stacks.
@@ -159,7 +160,9 @@ class ClusterNetwork:
             ["ip", "link", "add", BRIDGE, "type", "bridge"],
             ["ip", "addr", "add", f"{a.gateway}/24", "dev", BRIDGE],
             ["ip", "link", "set", BRIDGE, "up"],
-            ["ip", "route", "add", "default", "via", a.host_ip],
+            # No default route: the pods, the Services and the host end of the link (apiserver,
+            # Prometheus) are all the cluster reaches; any other address is unreachable right here,
+            # whatever the host's own forwarding says.
             # A ClusterIP that kube-proxy has not (yet) translated is refused here, never bounced back.
             ["ip", "route", "add", "unreachable", a.service_cidr],
             # These sysctls are the node namespace's own: the host's forwarding stays as it is.
