@@ -41,14 +41,11 @@ from kvant_operator.kube import Kube
 from kvant_operator.planner.plan import CapacityPlan
 from kvant_operator.protection.loop import ProtectionResult
 from kvant_operator.render import jobs
-from kvant_operator.render.limits import limits_configmap
 from kvant_operator.render.meta import model_labels, owner_reference, with_applied_hash
 from kvant_operator.render.serving import (
     ServingInputs,
-    deployment,
-    disruption_budget,
     roles,
-    service,
+    serving_objects,
     serving_selector,
     workload_name,
 )
@@ -453,16 +450,8 @@ class Reconciler:
             location = artifact_location(p.spec, self.settings, artifact_key(p.spec, self.settings))
         else:
             location = source_location(p.spec)
-        objects: list[Obj] = [limits_configmap(p.body, p.spec, effective)]
-        for role in roles(p.spec):
-            objects += [
-                deployment(
-                    ServingInputs(p.body, p.spec, p.plan, location, p.artifact.digest, self.settings), role
-                ),
-                service(p.body, role),
-                disruption_budget(p.body, role),
-            ]
-        return objects
+        inputs = ServingInputs(p.body, p.spec, p.plan, location, p.artifact.digest, self.settings)
+        return serving_objects(inputs, effective)
 
     def _rollout_status(self, p: Pass) -> tuple[Phase, bool]:
         namespace, model = p.body["metadata"]["namespace"], p.body["metadata"]["name"]

@@ -23,8 +23,7 @@ from kvant_operator.planner.checkpoint import load_checkpoint
 from kvant_operator.planner.inventory import InventoryError
 from kvant_operator.planner.plan import PlanRequest, make_plan
 from kvant_operator.render import jobs
-from kvant_operator.render.limits import limits_configmap
-from kvant_operator.render.serving import ServingInputs, deployment, disruption_budget, roles, service
+from kvant_operator.render.serving import ServingInputs, serving_objects
 from kvant_operator.settings import OperatorSettings
 
 Obj = dict[str, Any]
@@ -57,13 +56,7 @@ def render_offline(manifest: Obj, checkpoint: Path | None, namespace: str) -> li
         objects.append(jobs.artifact_job([body], spec, settings, key, attempt=1))
         location = artifact_location(spec, settings, key)
         artifact = ArtifactStatus(uri=artifact_uri(spec, settings, key), digest="sha256:<set when published>")
-    objects.append(limits_configmap(body, spec, None))
-    for role in roles(spec):
-        objects += [
-            deployment(ServingInputs(body, spec, plan, location, artifact.digest, settings), role),
-            service(body, role),
-            disruption_budget(body, role),
-        ]
+    objects += serving_objects(ServingInputs(body, spec, plan, location, artifact.digest, settings), None)
     return objects
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from kvant_operator.api.spec import DisaggregationMode, Engine, KvCacheDtype, QuantizedModelSpec, RoleSpec
 from kvant_operator.api.status import PlanStatus
 from kvant_operator.artifact import Location, digest
-from kvant_operator.render.limits import LIMITS_FILE, limits_name
+from kvant_operator.render.limits import LIMITS_FILE, limits_configmap, limits_name
 from kvant_operator.render.meta import MODEL_LABEL, ROLE_LABEL, Obj, object_meta
 from kvant_operator.settings import OperatorSettings
 
@@ -75,6 +75,19 @@ def workload_name(model: str, role: Role) -> str:
 def serving_selector(model: str) -> str:
     """The serving pods of every role (Job pods carry no role label), as a label selector string."""
     return f"{MODEL_LABEL}={model},{ROLE_LABEL}"
+
+
+def serving_objects(inputs: ServingInputs, effective_concurrency: int | None) -> list[Obj]:
+    """Everything that serves a model, for the operator and `kvant render` alike: the live limits
+    ConfigMap, then per role its Deployment, Service and PodDisruptionBudget."""
+    objects = [limits_configmap(inputs.body, inputs.spec, effective_concurrency)]
+    for role in roles(inputs.spec):
+        objects += [
+            deployment(inputs, role),
+            service(inputs.body, role),
+            disruption_budget(inputs.body, role),
+        ]
+    return objects
 
 
 def deployment(inputs: ServingInputs, role: Role) -> Obj:
