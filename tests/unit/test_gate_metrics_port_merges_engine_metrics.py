@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvant_runtime.gate.server import ENGINE_HEALTH_PATH, GateConfig, running_gate
+from kvant_contracts.serving_pod import ENGINE_HEALTH_PATH
+from kvant_runtime.gate.server import GateConfig, running_gate
 from tests.unit.gate_harness import KubeletLimitsDir, closed_port_url, held_engine, run
 
 

@@ -2,4 +2,5 @@
 
 - `int4_artifact`: which tensors an INT4 conversion quantizes, and the tensors it writes for each
   source tensor: the converter builds its output from it, the planner counts its bytes from it.
+- `serving_pod`: the paths of the gate's window onto the engine, which the renderer probes.
 """

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from kvant_contracts.serving_pod import ENGINE_HEALTH_PATH
 from kvant_operator.api.spec import DisaggregationMode, Engine, KvCacheDtype, QuantizedModelSpec, RoleSpec
 from kvant_operator.api.status import PlanStatus
 from kvant_operator.artifact import Location, digest
@@ -20,7 +21,6 @@ from kvant_operator.settings import OperatorSettings
 # The engine listens on the pod's loopback: the gate is the only way in. The gate's metrics port is the
 # pod's read-only window onto the engine (merged /metrics, /engine/health), see kvant_runtime.gate.
 ENGINE_HOST, ENGINE_PORT, GATE_PORT, METRICS_PORT = "127.0.0.1", 30000, 8000, 9090
-ENGINE_HEALTH_PATH = "/engine/health"
 METRICS_PORT_NAME = "metrics"  # the chart's PodMonitor scrapes this port by name
 LIMITS_DIR = "/etc/kvant/limits"
 CONFIG_HASH = "kvant.dev/engine-config-hash"

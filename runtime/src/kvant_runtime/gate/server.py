@@ -22,6 +22,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from kvant_contracts.serving_pod import ENGINE_HEALTH_PATH
 from kvant_runtime.gate.admission import Admission
 from kvant_runtime.gate.concurrency import ConcurrencyController
 from kvant_runtime.gate.gate_metrics import GateMetrics
@@ -32,7 +33,6 @@ from kvant_runtime.gate.proxy import Proxy
 log = logging.getLogger("kvant.gate")
 
 METRICS_PATH = "/gate/metrics"
-ENGINE_HEALTH_PATH = "/engine/health"
 # The engine listens on the pod's loopback only, so the metrics listener is the pod's one window onto
 # it: /metrics carries the gate's series followed by the engine's (metrics merging, as Istio's sidecar
 # does), and /engine/health serves the engine container's probes. Both are read-only GETs.
