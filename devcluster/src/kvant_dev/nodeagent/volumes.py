@@ -4,7 +4,8 @@ ConfigMap/Secret/downwardAPI/projected files refreshed in place like the kubelet
 
 hostPath and local PV paths are the node's paths: they resolve below the node's own root
 (`node_root`, inside the cluster's folder), as a kind node's paths live in its container. A path
-that is missing fails the pod as the kubelet does; only `DirectoryOrCreate` creates it."""
+that is missing fails the pod as the kubelet does; only `DirectoryOrCreate` and `FileOrCreate`
+create one, and only once it is known to stay inside the node's root."""
 
 from __future__ import annotations
 
@@ -97,6 +98,12 @@ class PodVolumes:
         if not relative.is_absolute() or ".." in relative.parts:
             raise VolumeNotReadyError(f"{what}: hostPath {node_path!r} must be absolute, without '..'")
         path = self.node_root / str(relative).lstrip("/")
+        # Checked before anything is created: a symlink in the node's tree must not lead a mkdir out.
+        existing = path
+        while not existing.exists() and existing != self.node_root:
+            existing = existing.parent
+        if not existing.resolve().is_relative_to(self.node_root.resolve()):
+            raise VolumeNotReadyError(f"{what}: hostPath {node_path!r} leads outside the node's filesystem")
         if kind == "DirectoryOrCreate":
             path.mkdir(parents=True, exist_ok=True)
         elif kind == "FileOrCreate":
@@ -108,8 +115,6 @@ class PodVolumes:
                 f"MountVolume.SetUp failed for {what}: hostPath type check failed: {node_path} is not "
                 f"{expected} on the node (node paths live under {self.node_root})"
             )
-        if not path.resolve().is_relative_to(self.node_root.resolve()):
-            raise VolumeNotReadyError(f"{what}: hostPath {node_path!r} leads outside the node's filesystem")
         return path
 
     def _files_for(self, volume: Obj) -> dict[str, bytes]:
