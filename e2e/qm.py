@@ -9,7 +9,8 @@ from kubernetes import client
 from tests.kube_wait import wait_for
 
 from kvant_dev.cluster import LocalCluster
-from kvant_operator.render.serving import METRICS_PORT, serving_selector
+from kvant_operator.render.roles import engine_selector
+from kvant_operator.render.serving import METRICS_PORT
 
 Obj = dict[str, Any]
 
@@ -33,7 +34,7 @@ def is_true(qm: Obj, kind: str) -> bool:
 
 def serving_pods(cluster: LocalCluster, namespace: str, model: str) -> list[client.V1Pod]:
     core = client.CoreV1Api(cluster.api_client())
-    pods = core.list_namespaced_pod(namespace, label_selector=serving_selector(model)).items
+    pods = core.list_namespaced_pod(namespace, label_selector=engine_selector(model)).items
     return [p for p in pods if p.metadata.deletion_timestamp is None]
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kvant_operator.render.serving import serving_selector
+from kvant_operator.render.roles import engine_selector
 from tests.integration.qm_crd import install_crd, manifest
 
 pytestmark = pytest.mark.cluster
@@ -34,12 +34,15 @@ def test_kubectl_scale_sets_serving_replicas_and_status_feeds_the_scale(apiserve
     qm = json.loads(apiserver.kubectl("get", "-n", NAMESPACE, "qm/scaled", "-o", "json").stdout)
     assert qm["spec"]["serving"]["replicas"] == 3
 
-    status = {"status": {"replicas": 2, "readyReplicas": 1, "selector": serving_selector("scaled")}}
+    status = {"status": {"replicas": 2, "readyReplicas": 1, "selector": engine_selector("scaled")}}
     patch = ["patch", "-n", NAMESPACE, "qm/scaled", "--subresource=status", "--type=merge"]
     apiserver.kubectl(*patch, "-p", json.dumps(status))
     scaled = scale(apiserver, "scaled")
     assert scaled["spec"]["replicas"] == 3
-    assert scaled["status"] == {"replicas": 2, "selector": "kvant.dev/model=scaled,kvant.dev/role"}
+    assert scaled["status"] == {
+        "replicas": 2,
+        "selector": "kvant.dev/model=scaled,kvant.dev/component=engine",
+    }
 
 
 def test_scaling_a_prefill_decode_model_is_refused_naming_the_role_replicas(apiserver: Any) -> None:

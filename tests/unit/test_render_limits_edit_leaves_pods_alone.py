@@ -6,7 +6,8 @@ import yaml
 
 from kvant_operator.artifact import Location
 from kvant_operator.render.limits import limits_configmap, limits_document
-from kvant_operator.render.serving import ServingInputs, deployment, roles
+from kvant_operator.render.roles import roles
+from kvant_operator.render.serving import ServingInputs, deployment
 from kvant_operator.settings import OperatorSettings
 from tests.unit.render_inputs import body, plan, spec_of
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 import kopf
@@ -17,10 +16,10 @@ from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
 from kvant_operator import metrics
-from kvant_operator.api.resource import GROUP, PLURAL, VERSION, QuantizedModel
+from kvant_operator.api.resource import GROUP, PLURAL, VERSION
 from kvant_operator.kube import Kube
 from kvant_operator.protection.loop import ProtectionResult, Protector
-from kvant_operator.protection.samples import CounterMemory
+from kvant_operator.protection.schedule import ModelProtection
 from kvant_operator.reconcile import Outcome, Reconciler
 from kvant_operator.settings import OperatorSettings
 
@@ -101,33 +100,6 @@ async def model_daemon(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
         wakeup.clear()
     _phases.pop((body["metadata"]["namespace"], body["metadata"]["name"]), None)
     _publish_phase_counts()
-
-
-class ModelProtection:
-    """Runs the protection step of one model every spec.protection.metrics.intervalSeconds."""
-
-    def __init__(self, protector: Protector) -> None:
-        self.protector = protector
-        self.memory = CounterMemory()
-        self.next_due = 0.0
-        self.interval = 15.0
-
-    def step_if_due(self, body: dict[str, Any]) -> ProtectionResult | None:
-        now = time.monotonic()
-        if now < self.next_due:
-            return None
-        try:
-            spec = QuantizedModel.model_validate(body).spec
-        except ValueError:
-            return None  # the reconcile reports the invalid spec
-        self.interval = float(spec.protection.metrics.interval_seconds)
-        self.next_due = now + self.interval
-        if not (body.get("status") or {}).get("readyReplicas"):
-            return None  # nothing serves: there is nothing to measure
-        return self.protector.step(body, spec, self.memory, datetime.now(UTC).replace(microsecond=0))
-
-    def seconds_to_next(self) -> float:
-        return max(0.5, self.next_due - time.monotonic())
 
 
 def _reconcile_once(

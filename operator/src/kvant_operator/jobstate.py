@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from kvant_operator.kube import Kube
+from kvant_operator.kube_door import KubeDoor
 
 Obj = dict[str, Any]
 _LOG_TAIL = 20
@@ -40,13 +40,13 @@ def job_state(job: Obj) -> JobState:
     return JobState(JobPhase.RUNNING)
 
 
-def job_pods(kube: Kube, job: Obj) -> list[Obj]:
+def job_pods(kube: KubeDoor, job: Obj) -> list[Obj]:
     meta = job["metadata"]
     pods = kube.list("v1", "Pod", meta["namespace"], f"job-name={meta['name']}")
     return sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")
 
 
-def last_pod_log(kube: Kube, job: Obj, container: str, tail_lines: int | None = None) -> str:
+def last_pod_log(kube: KubeDoor, job: Obj, container: str, tail_lines: int | None = None) -> str:
     """The log of `container` in the Job's newest pod (the one whose result counts)."""
     pods = job_pods(kube, job)
     if not pods:
@@ -69,7 +69,7 @@ def last_json_line(text: str, required_key: str) -> Obj | None:
     return None
 
 
-def failure_detail(kube: Kube, job: Obj) -> str:
+def failure_detail(kube: KubeDoor, job: Obj) -> str:
     """Which container failed, how, and the end of its log."""
     for pod in reversed(job_pods(kube, job)):
         status = pod.get("status") or {}
@@ -91,3 +91,10 @@ def _time(value: str | None) -> datetime | None:
     if not value:
         return None
     return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+
+def ensure_job(kube: KubeDoor, job: Obj) -> Obj:
+    """The live Job of this deterministic name, creating it from `job` when there is none yet."""
+    meta = job["metadata"]
+    live = kube.get("batch/v1", "Job", meta["namespace"], meta["name"])
+    return live or kube.create(job) or job

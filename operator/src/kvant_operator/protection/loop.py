@@ -13,10 +13,11 @@ from typing import Any
 from kvant_operator import metrics
 from kvant_operator.api.spec import ProtectionMode, QuantizedModelSpec
 from kvant_operator.api.status import ConditionStatus
-from kvant_operator.kube import Kube
+from kvant_operator.kube_door import KubeDoor
 from kvant_operator.protection.decide import Bounds, Sample, decide
 from kvant_operator.protection.samples import CounterMemory, MetricsUnavailable, query_prometheus, scrape_pods
-from kvant_operator.render.serving import METRICS_PORT, roles, workload_name
+from kvant_operator.render.roles import engine_roles, engine_selector, workload_name
+from kvant_operator.render.serving import METRICS_PORT
 
 Obj = dict[str, Any]
 
@@ -34,7 +35,7 @@ class ProtectionResult:
 
 
 class Protector:
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: KubeDoor) -> None:
         self.kube = kube
 
     def step(
@@ -59,10 +60,10 @@ class Protector:
         namespace, model = body["metadata"]["namespace"], body["metadata"]["name"]
         url = spec.protection.metrics.prometheus_url
         if url:
-            names = "|".join(workload_name(model, r) for r in roles(spec))
+            names = "|".join(workload_name(model, r) for r in engine_roles(spec))
             stale_after = 3.0 * spec.protection.metrics.interval_seconds + 15.0
             return query_prometheus(url, namespace, f"({names})-.*", stale_after)
-        pods = self.kube.list("v1", "Pod", namespace, f"kvant.dev/model={model},kvant.dev/role")
+        pods = self.kube.list("v1", "Pod", namespace, engine_selector(model))
         ready = [(p["metadata"]["name"], p["status"]["podIP"]) for p in pods if _ready(p)]
         return scrape_pods(ready, METRICS_PORT, memory)
 

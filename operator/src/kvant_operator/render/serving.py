@@ -11,11 +11,12 @@ import json
 from dataclasses import dataclass
 
 from kvant_contracts.serving_pod import ENGINE_HEALTH_PATH
-from kvant_operator.api.spec import DisaggregationMode, Engine, KvCacheDtype, QuantizedModelSpec, RoleSpec
+from kvant_operator.api.spec import Engine, QuantizedModelSpec
 from kvant_operator.api.status import PlanStatus
 from kvant_operator.artifact import Location, digest
 from kvant_operator.render.limits import LIMITS_FILE, limits_configmap, limits_name
-from kvant_operator.render.meta import MODEL_LABEL, ROLE_LABEL, Obj, object_meta
+from kvant_operator.render.meta import Obj, object_meta
+from kvant_operator.render.roles import Role, roles, workload_name
 from kvant_operator.settings import OperatorSettings
 
 # The engine listens on the pod's loopback: the gate is the only way in. The gate's metrics port is the
@@ -26,16 +27,6 @@ LIMITS_DIR = "/etc/kvant/limits"
 CONFIG_HASH = "kvant.dev/engine-config-hash"
 # Large models load for many minutes; the startup probe waits up to 60 min before liveness applies.
 _STARTUP_PERIOD_S, _STARTUP_FAILURES = 10, 360
-
-
-@dataclass(frozen=True)
-class Role:
-    """One serving role: `serve` (no disaggregation), or `prefill` / `decode`."""
-
-    name: str
-    replicas: int
-    kv_cache_dtype: KvCacheDtype
-    engine_args: list[str]
 
 
 @dataclass(frozen=True)
@@ -54,29 +45,6 @@ class ServingInputs:
         return str(self.body["metadata"]["name"])
 
 
-def roles(spec: QuantizedModelSpec) -> list[Role]:
-    serving = spec.serving
-    if serving.disaggregation.mode is DisaggregationMode.NONE:
-        return [Role("serve", serving.replicas, spec.kv_cache.dtype, list(serving.engine_args))]
-    pd = serving.disaggregation
-
-    def role(name: str, r: RoleSpec) -> Role:
-        return Role(
-            name, r.replicas, r.kv_cache_dtype or spec.kv_cache.dtype, [*serving.engine_args, *r.engine_args]
-        )
-
-    return [role("prefill", pd.prefill), role("decode", pd.decode)]
-
-
-def workload_name(model: str, role: Role) -> str:
-    return model if role.name == "serve" else f"{model}-{role.name}"
-
-
-def serving_selector(model: str) -> str:
-    """The serving pods of every role (Job pods carry no role label), as a label selector string."""
-    return f"{MODEL_LABEL}={model},{ROLE_LABEL}"
-
-
 def serving_objects(inputs: ServingInputs, effective_concurrency: int | None) -> list[Obj]:
     """Everything that serves a model, for the operator and `kvant render` alike: the live limits
     ConfigMap, then per role its Deployment, Service and PodDisruptionBudget."""
@@ -93,8 +61,7 @@ def serving_objects(inputs: ServingInputs, effective_concurrency: int | None) ->
 def deployment(inputs: ServingInputs, role: Role) -> Obj:
     body, model = inputs.body, inputs.model
     meta = object_meta(body, workload_name(model, role), "serving")
-    meta["labels"][ROLE_LABEL] = role.name
-    selector = {MODEL_LABEL: model, ROLE_LABEL: role.name}
+    meta["labels"].update(role.labels(model))
     engine = _engine_container(inputs, role)
     pod_spec: Obj = {
         "containers": [engine, _gate_container(inputs.settings)],
@@ -115,7 +82,7 @@ def deployment(inputs: ServingInputs, role: Role) -> Obj:
         "metadata": meta,
         "spec": {
             "replicas": role.replicas,
-            "selector": {"matchLabels": selector},
+            "selector": {"matchLabels": role.selector(model)},
             # Old pods keep serving until new ones are Ready: a model load can take minutes.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
             "template": {
@@ -194,7 +161,7 @@ def _launch_spec(inputs: ServingInputs, role: Role) -> Obj:
         "maxRunningRequests": _max_running_requests(plan),
         "maxTotalTokens": plan.kv_tokens_per_replica,
         "pageSize": spec.serving.page_size,
-        "disaggregationRole": None if role.name == "serve" else role.name,
+        "disaggregationRole": role.disaggregation,
         "host": ENGINE_HOST,
         "port": ENGINE_PORT,
         "engineArgs": role.engine_args,
@@ -230,13 +197,13 @@ def _gate_container(settings: OperatorSettings) -> Obj:
 def service(body: Obj, role: Role) -> Obj:
     model = body["metadata"]["name"]
     meta = object_meta(body, workload_name(model, role), "serving")
-    meta["labels"][ROLE_LABEL] = role.name
+    meta["labels"].update(role.labels(model))
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": meta,
         "spec": {
-            "selector": {MODEL_LABEL: model, ROLE_LABEL: role.name},
+            "selector": role.selector(model),
             "ports": [
                 # No engine port: the engine listens on the pod's loopback, behind the gate.
                 {"name": "http", "port": 80, "targetPort": "http"},
@@ -255,6 +222,6 @@ def disruption_budget(body: Obj, role: Role) -> Obj:
         "metadata": meta,
         "spec": {
             "maxUnavailable": 1,
-            "selector": {"matchLabels": {MODEL_LABEL: model, ROLE_LABEL: role.name}},
+            "selector": {"matchLabels": role.selector(model)},
         },
     }

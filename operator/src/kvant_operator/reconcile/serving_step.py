@@ -1,0 +1,93 @@
+"""The serving step: apply what serves the model and read how far its rollout has come.
+
+The objects come from `render.serving.serving_objects`, the one list `kvant render` prints too.
+While an earlier step is blocked, `ready_while_blocked` says whether the previous generation still
+serves, so kstatus and Argo CD see Ready only when something actually answers.
+"""
+
+from __future__ import annotations
+
+from kvant_operator.api.lifecycle import ConditionType
+from kvant_operator.api.status import Phase
+from kvant_operator.artifact import artifact_key, artifact_location, needs_artifact, source_location
+from kvant_operator.kube_door import KubeDoor
+from kvant_operator.reconcile.state import Obj, Pass
+from kvant_operator.render.meta import with_applied_hash
+from kvant_operator.render.roles import roles, workload_name
+from kvant_operator.render.serving import ServingInputs, serving_objects
+from kvant_operator.settings import OperatorSettings
+
+
+def serve(p: Pass, kube: KubeDoor, settings: OperatorSettings) -> tuple[Phase, bool]:
+    """Applies the serving objects (all on a resync; else only the limits when protection moved them)
+    and returns the phase and whether the rollout is still busy."""
+    objects = desired_objects(p, settings)
+    if not p.resync:  # settled and unchanged: only protection may have moved the limits
+        objects = [o for o in objects if o["kind"] == "ConfigMap"] if p.protection is not None else []
+    for obj in objects:
+        kube.ensure(with_applied_hash(obj))
+    return rollout_status(p, kube)
+
+
+def desired_objects(p: Pass, settings: OperatorSettings) -> list[Obj]:
+    assert p.plan is not None and p.artifact is not None
+    if p.protection is not None:
+        effective = p.protection.effective_concurrency
+    else:
+        effective = ((p.body.get("status") or {}).get("protection") or {}).get("effectiveConcurrency")
+    if needs_artifact(p.spec):
+        location = artifact_location(p.spec, settings, artifact_key(p.spec, settings))
+    else:
+        location = source_location(p.spec)
+    inputs = ServingInputs(p.body, p.spec, p.plan, location, p.artifact.digest, settings)
+    return serving_objects(inputs, effective)
+
+
+def rollout_status(p: Pass, kube: KubeDoor) -> tuple[Phase, bool]:
+    pending, existing, ready = [], 0, 0
+    for role in roles(p.spec):
+        live = kube.get("apps/v1", "Deployment", p.namespace, workload_name(p.model, role)) or {}
+        existing += (live.get("status") or {}).get("replicas", 0)
+        ready += (live.get("status") or {}).get("readyReplicas", 0)
+        waiting = rollout_pending(live, role.replicas)
+        if waiting:
+            pending.append(f"{role.name}: {waiting}")
+    p.replicas = (existing, ready)
+    if pending:
+        message = "; ".join(pending)
+        p.condition(ConditionType.READY, False, "RollingOut", message)
+        p.condition(ConditionType.PROGRESSING, True, "RollingOut", message)
+        return Phase.DEPLOYING, True
+    p.condition(ConditionType.READY, True, "Serving", "all serving replicas are ready behind the gate")
+    p.condition(ConditionType.PROGRESSING, False, "Settled", "the current generation is fully rolled out")
+    return Phase.READY, False
+
+
+def ready_while_blocked(p: Pass, kube: KubeDoor, phase: Phase) -> None:
+    """While a new generation converts or plans, the previous Deployments may still serve."""
+    serving = [
+        kube.get("apps/v1", "Deployment", p.namespace, workload_name(p.model, r)) for r in roles(p.spec)
+    ]
+    if all(d and not rollout_pending(d, d["spec"].get("replicas", 0)) for d in serving):
+        p.condition(
+            ConditionType.READY,
+            True,
+            "ServingPreviousGeneration",
+            f"the new generation is {phase.value}; the previous one keeps serving",
+        )
+    else:
+        p.condition(ConditionType.READY, False, phase.value, f"not serving yet: phase {phase.value}")
+
+
+def rollout_pending(live: Obj, replicas: int) -> str:
+    """Why a Deployment is not rolled out yet, or "" when it is."""
+    if not live:
+        return "deployment not created yet"
+    status = live.get("status") or {}
+    if status.get("observedGeneration", 0) < live["metadata"].get("generation", 0):
+        return "deployment controller has not seen the update yet"
+    updated, ready = status.get("updatedReplicas", 0), status.get("readyReplicas", 0)
+    total = status.get("replicas", 0)
+    if updated < replicas or ready < replicas or total > replicas:
+        return f"{ready}/{replicas} ready, {updated} updated, {total} total"
+    return ""

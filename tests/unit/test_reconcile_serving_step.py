@@ -1,0 +1,68 @@
+"""The serving step on an in-memory cluster: what it applies, and how it reads the rollout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvant_operator.api.status import ArtifactStatus, Phase
+from kvant_operator.reconcile.serving_step import ready_while_blocked, serve
+from kvant_operator.reconcile.state import Pass
+from tests.unit.memory_kube import MemoryKube
+from tests.unit.reconcile_fixtures import NAMESPACE, SETTINGS, body, condition, new_pass
+
+ARTIFACT = ArtifactStatus(uri="pvc://kvant-artifacts/abc", digest="sha256:abc")
+
+
+def _serving_pass(**overrides: Any) -> Pass:
+    p = new_pass(body(**overrides), planned=True)
+    p.artifact = ARTIFACT
+    return p
+
+
+def test_serve_applies_limits_workload_service_and_budget_then_waits() -> None:
+    kube, p = MemoryKube(), _serving_pass()
+    phase, busy = serve(p, kube, SETTINGS)
+    assert (phase, busy) == (Phase.DEPLOYING, True)
+    assert sorted(k[1] for k in kube.applied) == ["ConfigMap", "Deployment", "PodDisruptionBudget", "Service"]
+    assert condition(p, "Ready").reason == "RollingOut"
+
+
+def test_a_finished_rollout_is_ready_and_an_unchanged_one_applies_nothing() -> None:
+    kube = MemoryKube()
+    serve(_serving_pass(), kube, SETTINGS)
+    kube.roll_out(NAMESPACE, "tiny")
+    p = _serving_pass()
+    applied = len(kube.applied)
+    assert serve(p, kube, SETTINGS) == (Phase.READY, False)
+    assert len(kube.applied) == applied  # the applied hash matched: nothing sent
+    assert condition(p, "Ready").reason == "Serving" and p.replicas == (1, 1)
+
+    p = _serving_pass()
+    p.resync = False
+    kube.objects.clear()  # even a vanished object is not re-applied without a resync
+    serve(p, kube, SETTINGS)
+    assert len(kube.applied) == applied
+
+
+def test_prefill_and_decode_are_rolled_out_separately() -> None:
+    pd = {"mode": "prefill-decode", "prefill": {"replicas": 1}, "decode": {"replicas": 2}}
+    kube = MemoryKube()
+    serve(_serving_pass(serving={**body()["spec"]["serving"], "disaggregation": pd}), kube, SETTINGS)
+    kube.roll_out(NAMESPACE, "tiny-prefill")
+    p = _serving_pass(serving={**body()["spec"]["serving"], "disaggregation": pd})
+    assert serve(p, kube, SETTINGS) == (Phase.DEPLOYING, True)
+    message = condition(p, "Ready").message
+    assert message.startswith("decode: ") and "prefill" not in message  # only the unfinished role
+
+
+def test_the_previous_generation_keeps_the_model_ready_while_a_new_one_converts() -> None:
+    kube, p = MemoryKube(), new_pass(body())
+    ready_while_blocked(p, kube, Phase.CONVERTING)
+    assert condition(p, "Ready").status == "False"  # nothing has ever served
+
+    serve(_serving_pass(), kube, SETTINGS)
+    kube.roll_out(NAMESPACE, "tiny")
+    p = new_pass(body())
+    ready_while_blocked(p, kube, Phase.CONVERTING)
+    ready = condition(p, "Ready")
+    assert (ready.status, ready.reason) == ("True", "ServingPreviousGeneration")
