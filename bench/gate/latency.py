@@ -32,6 +32,8 @@ from pathlib import Path
 
 import aiohttp
 
+from kvant_contracts.limits import parse_limits, render_limits
+
 KVANT = [sys.executable, "-m", "kvant_cli.main"]
 NEW_TOKENS = 8
 REQUESTS = {
@@ -207,7 +209,7 @@ async def run(args: argparse.Namespace) -> list[Result]:
     sim_args += ["--prefill-per-token-us", "0", "--kv-read-gbps", "1e12"]
     with tempfile.TemporaryDirectory() as tmp:
         limits = Path(tmp) / "limits.json"
-        limits.write_text(json.dumps(OPEN_LIMITS))
+        limits.write_text(render_limits(parse_limits(OPEN_LIMITS)))
         gate_args = [*KVANT, "gate", "--listen", f"127.0.0.1:{gate_port}", "--upstream", direct]
         gate_args += ["--limits", str(limits)]
         with process(sim_args) as sim, process(gate_args) as gate:

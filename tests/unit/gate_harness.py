@@ -13,6 +13,7 @@ import json
 import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
+from kvant_contracts.limits import Limits
 from kvant_runtime.gate.server import METRICS_PATH, Gate, GateConfig, running_gate
 
 WAIT_SECONDS = 20.0  # generous: a slow CI box must never fail a correct gate
@@ -163,13 +165,22 @@ class KubeletLimitsDir:
         self._version += 1
         version_dir = self.root / f"..2026_01_01_00_00_00.{self._version}"
         version_dir.mkdir()
-        text = limits if isinstance(limits, str) else json.dumps(limits)
+        # A mapping is completed with the defaults, as the operator writes every field; a string is
+        # written as given, to test what the gate makes of a hand-written or broken file.
+        text = limits if isinstance(limits, str) else json.dumps(_with_defaults(limits))
         (version_dir / "limits.yaml").write_text(text)
         staged = self.root / "..data_tmp"
         staged.symlink_to(version_dir.name)
         os.replace(staged, self.root / "..data")
         if not self.path.is_symlink():
             self.path.symlink_to("..data/limits.yaml")
+
+
+def _with_defaults(limits: dict[str, Any]) -> dict[str, Any]:
+    """`limits` over the defaults, unvalidated: a test may write a bad value on purpose."""
+    document = asdict(Limits())
+    concurrency = {**document["concurrency"], **limits.get("concurrency", {})}
+    return {**document, **limits, "concurrency": concurrency}
 
 
 @contextlib.asynccontextmanager

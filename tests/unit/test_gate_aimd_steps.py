@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from kvant_contracts.limits import parse_limits
 from kvant_runtime.gate.concurrency import ConcurrencyController, EngineSample
-from kvant_runtime.gate.limits import parse_limits
 
 LIMITS = {"maxConcurrency": 64, "targetTokenUsage": 0.9, "concurrency": {"min": 4, "max": 128}}
 

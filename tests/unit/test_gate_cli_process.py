@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from kvant_contracts.limits import Limits, parse_limits, render_limits
 from tests.unit.gate_harness import closed_port_url
 
 KVANT = [sys.executable, "-m", "kvant_cli.main"]
@@ -31,7 +32,7 @@ def _wait_http(url: str, proc: subprocess.Popen[str]) -> None:
 
 def test_a_bad_limits_file_stops_start_up_naming_file_and_field(tmp_path: Path):
     limits = tmp_path / "limits.yaml"
-    limits.write_text("maxConcurrency: -3\n")
+    limits.write_text(render_limits(Limits()).replace("maxConcurrency: 64", "maxConcurrency: -3"))
     listen = closed_port_url().removeprefix("http://")
     result = subprocess.run(
         [*KVANT, "gate", "--listen", listen, "--upstream", "http://127.0.0.1:1", "--limits", str(limits)],
@@ -47,7 +48,7 @@ def test_a_bad_limits_file_stops_start_up_naming_file_and_field(tmp_path: Path):
 
 def test_gate_process_serves_the_simulator_and_stops_on_sigterm(tmp_path: Path):
     limits = tmp_path / "limits.yaml"
-    limits.write_text(json.dumps({"maxConcurrency": 4}))
+    limits.write_text(render_limits(parse_limits({"maxConcurrency": 4})))
     sim_url, gate_url, metrics_url = closed_port_url(), closed_port_url(), closed_port_url()
     sim = subprocess.Popen(
         [*KVANT, "sim", "--model-name", "tiny", "--kv-tokens", "4000", "--port", sim_url.rsplit(":", 1)[1]],

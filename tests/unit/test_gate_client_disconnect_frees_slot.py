@@ -6,8 +6,8 @@ import asyncio
 
 import aiohttp
 
+from kvant_contracts.limits import parse_limits
 from kvant_runtime.gate.admission import Admission
-from kvant_runtime.gate.limits import parse_limits
 from tests.unit.gate_harness import KubeletLimitsDir, gate_in_front_of, held_engine, run, until
 
 BODY = {"text": "hello", "sampling_params": {"max_new_tokens": 16}}

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
-from kvant_runtime.gate.limits import ConcurrencyBounds, Limits, LimitsError, parse_limits, parse_limits_text
+from kvant_contracts.limits import (
+    ConcurrencyBounds,
+    Limits,
+    LimitsError,
+    parse_limits,
+    parse_limits_text,
+    render_limits,
+)
 
 
-def test_empty_file_means_the_documented_defaults():
-    assert parse_limits_text("", "limits.yaml") == Limits()
-    assert Limits() == Limits(
+def test_the_documented_defaults():
+    assert parse_limits({}, "limits") == Limits(
         mode="enforce",
         maxConcurrency=64,
         maxQueued=256,
@@ -17,6 +24,16 @@ def test_empty_file_means_the_documented_defaults():
         targetTokenUsage=0.90,
         concurrency=ConcurrencyBounds(min=4, max=128),
     )
+
+
+def test_an_empty_or_cut_short_file_is_refused_not_read_as_defaults():
+    with pytest.raises(LimitsError, match=r"^limits.yaml: the limits file is empty"):
+        parse_limits_text("", "limits.yaml")
+    whole = render_limits(parse_limits({"maxConcurrency": 3}))
+    assert parse_limits_text(whole, "limits.yaml").maxConcurrency == 3
+    cut = whole[: whole.index("maxQueued")]  # a writer that died half way (keys are sorted)
+    with pytest.raises(LimitsError, match=r"incomplete limits file .* missing .*maxQueued"):
+        parse_limits_text(cut, "limits.yaml")
 
 
 def test_yaml_and_json_read_the_same():
@@ -32,8 +49,8 @@ concurrency: {min: 2, max: 96}
         '{"mode": "observe", "maxConcurrency": 48, "maxQueued": 10, "queueTimeoutSeconds": 2.5,'
         ' "targetTokenUsage": 0.8, "concurrency": {"min": 2, "max": 96}}'
     )
-    from_yaml = parse_limits_text(yaml_text, "limits.yaml")
-    assert from_yaml == parse_limits_text(json_text, "limits.json")
+    from_yaml = parse_limits(yaml.safe_load(yaml_text), "limits.yaml")
+    assert from_yaml == parse_limits(yaml.safe_load(json_text), "limits.json")
     assert from_yaml.mode == "observe"
     assert from_yaml.maxConcurrency == 48
     assert from_yaml.concurrency == ConcurrencyBounds(min=2, max=96)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+from kvant_contracts.limits import parse_limits
 from kvant_runtime.gate.admission import Admission
-from kvant_runtime.gate.limits import parse_limits
 from tests.unit.gate_harness import (
     KubeletLimitsDir,
     gate_metric,

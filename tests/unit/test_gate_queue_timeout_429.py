@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
+from kvant_contracts.limits import parse_limits
 from kvant_runtime.gate.admission import Admission, Rejected
-from kvant_runtime.gate.limits import parse_limits
 from tests.unit.gate_harness import (
     KubeletLimitsDir,
     gate_metric,

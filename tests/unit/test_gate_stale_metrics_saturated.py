@@ -5,9 +5,9 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
+from kvant_contracts.limits import parse_limits
 from kvant_runtime.gate.concurrency import ConcurrencyController, EngineSample
 from kvant_runtime.gate.engine_metrics import EngineMetricsError, parse_engine_metrics
-from kvant_runtime.gate.limits import parse_limits
 from tests.unit.gate_harness import (
     KubeletLimitsDir,
     gate_in_front_of,

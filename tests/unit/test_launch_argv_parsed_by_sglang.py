@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from kvant_contracts.launch_spec import LaunchSpec, SpecError
 from kvant_runtime.launch.argv import checkpoint_quant_method, kvant_argv
-from kvant_runtime.launch.spec import LaunchSpec, SpecError
 from kvant_runtime.launch.validate import SGLangRejected, validate_argv
 from tests.unit.launch_fixtures import checkpoint
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 
 from kvant_operator.artifact import Location
-from kvant_operator.render.limits import limits_configmap, limits_document
+from kvant_operator.render.limits import limits_configmap, limits_for
 from kvant_operator.render.roles import roles
 from kvant_operator.render.serving import ServingInputs, deployment
 from kvant_operator.settings import OperatorSettings
@@ -45,7 +45,12 @@ def test_kv_dtype_edit_changes_the_pod_template():
 
 def test_effective_concurrency_is_the_ceiling_within_spec_bounds():
     spec = spec_of(body(limits={"maxConcurrency": 8}, protection={"concurrency": {"min": 2}}))
-    assert limits_document(spec, None)["concurrency"] == {"min": 2, "max": 8}
-    assert limits_document(spec, 5)["concurrency"] == {"min": 2, "max": 5}
-    assert limits_document(spec, 1)["concurrency"] == {"min": 2, "max": 2}  # never below min
-    assert limits_document(spec, 50)["concurrency"] == {"min": 2, "max": 8}  # never above the spec
+
+    def bounds(effective: int | None) -> tuple[int, int]:
+        concurrency = limits_for(spec, effective).concurrency
+        return concurrency.min, concurrency.max
+
+    assert bounds(None) == (2, 8)
+    assert bounds(5) == (2, 5)
+    assert bounds(1) == (2, 2)  # never below min
+    assert bounds(50) == (2, 8)  # never above the spec

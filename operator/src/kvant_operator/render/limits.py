@@ -8,39 +8,38 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
+from kvant_contracts.limits import LIMITS_FILE, ConcurrencyBounds, Limits, render_limits
 from kvant_operator.api.spec import QuantizedModelSpec
 from kvant_operator.render.meta import object_meta
 
 Obj = dict[str, Any]
-LIMITS_FILE = "limits.yaml"
+__all__ = ["LIMITS_FILE", "limits_configmap", "limits_for", "limits_name"]
 
 
 def limits_name(model: str) -> str:
     return f"{model}-limits"
 
 
-def limits_document(spec: QuantizedModelSpec, effective_concurrency: int | None) -> Obj:
+def limits_for(spec: QuantizedModelSpec, effective_concurrency: int | None) -> Limits:
+    """The limits the gate enforces for `spec`, as the one contract type the gate parses back."""
     ceiling = spec.protection.concurrency.max or spec.limits.max_concurrency
     if effective_concurrency is not None:
         ceiling = max(spec.protection.concurrency.min, min(ceiling, effective_concurrency))
-    return {
-        "mode": spec.protection.mode.value,
-        "maxConcurrency": spec.limits.max_concurrency,
-        "maxQueued": spec.limits.max_queued,
-        "queueTimeoutSeconds": spec.limits.queue_timeout_seconds,
-        "targetTokenUsage": spec.protection.target_token_usage,
-        "maxRetractionsPerMinute": spec.protection.max_retractions_per_minute,
-        "concurrency": {"min": min(spec.protection.concurrency.min, ceiling), "max": ceiling},
-    }
+    return Limits(
+        mode=spec.protection.mode.value,
+        maxConcurrency=spec.limits.max_concurrency,
+        maxQueued=spec.limits.max_queued,
+        queueTimeoutSeconds=float(spec.limits.queue_timeout_seconds),
+        targetTokenUsage=spec.protection.target_token_usage,
+        maxRetractionsPerMinute=spec.protection.max_retractions_per_minute,
+        concurrency=ConcurrencyBounds(min=min(spec.protection.concurrency.min, ceiling), max=ceiling),
+    )
 
 
 def limits_configmap(body: Obj, spec: QuantizedModelSpec, effective_concurrency: int | None) -> Obj:
-    document = limits_document(spec, effective_concurrency)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": object_meta(body, limits_name(body["metadata"]["name"]), "limits"),
-        "data": {LIMITS_FILE: yaml.safe_dump(document, sort_keys=True)},
+        "data": {LIMITS_FILE: render_limits(limits_for(spec, effective_concurrency))},
     }

@@ -7,9 +7,9 @@ changing them touches no pod.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
+from kvant_contracts.launch_spec import LaunchSpec
 from kvant_contracts.serving_pod import ENGINE_HEALTH_PATH
 from kvant_operator.api.spec import Engine, QuantizedModelSpec
 from kvant_operator.api.status import PlanStatus
@@ -112,7 +112,7 @@ def _engine_container(inputs: ServingInputs, role: Role) -> Obj:
     container["args"] = [
         "launch",
         "--spec-json",
-        json.dumps(_launch_spec(inputs, role)),
+        _launch_spec(inputs, role).to_json(),
     ]
     gpus = str(spec.serving.gpu.count)
     container["resources"] = {
@@ -148,24 +148,24 @@ def _max_running_requests(plan: PlanStatus) -> int:
     return max(1, min(4096, plan.kv_tokens_per_replica // 256))
 
 
-def _launch_spec(inputs: ServingInputs, role: Role) -> Obj:
+def _launch_spec(inputs: ServingInputs, role: Role) -> LaunchSpec:
     spec, plan = inputs.spec, inputs.plan
-    return {
-        "modelPath": inputs.model_dir.path,
-        "servedModelName": inputs.model,
-        "weightsFormat": spec.weights.format.value,
-        "kvCacheDtype": role.kv_cache_dtype.value,
-        "tensorParallel": spec.serving.tensor_parallel,
-        "artifactDigest": inputs.digest or None,
-        "memFractionStatic": plan.mem_fraction_static,
-        "maxRunningRequests": _max_running_requests(plan),
-        "maxTotalTokens": plan.kv_tokens_per_replica,
-        "pageSize": spec.serving.page_size,
-        "disaggregationRole": role.disaggregation,
-        "host": ENGINE_HOST,
-        "port": ENGINE_PORT,
-        "engineArgs": role.engine_args,
-    }
+    return LaunchSpec(
+        modelPath=inputs.model_dir.path,
+        servedModelName=inputs.model,
+        weightsFormat=spec.weights.format.value,
+        kvCacheDtype=role.kv_cache_dtype.value,
+        tensorParallel=spec.serving.tensor_parallel,
+        artifactDigest=inputs.digest or None,
+        memFractionStatic=plan.mem_fraction_static,
+        maxRunningRequests=_max_running_requests(plan),
+        maxTotalTokens=plan.kv_tokens_per_replica,
+        pageSize=spec.serving.page_size,
+        disaggregationRole=role.disaggregation,
+        host=ENGINE_HOST,
+        port=ENGINE_PORT,
+        engineArgs=tuple(role.engine_args),
+    )
 
 
 def _gate_container(settings: OperatorSettings) -> Obj:

@@ -25,7 +25,7 @@ import collections
 import time
 from dataclasses import dataclass, field
 
-from kvant_runtime.gate.limits import Limits
+from kvant_contracts.limits import Limits
 from kvant_runtime.tokens import ESTIMATE_HEADROOM
 
 

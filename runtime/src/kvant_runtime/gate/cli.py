@@ -66,7 +66,7 @@ def upstream_url(text: str) -> str:
 def run(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415 - the registrar stays import-light
 
-    from kvant_runtime.gate.limits import LimitsError  # noqa: PLC0415
+    from kvant_contracts.limits import LimitsError  # noqa: PLC0415
     from kvant_runtime.gate.server import GateConfig, serve_until_signalled  # noqa: PLC0415
 
     logging.basicConfig(

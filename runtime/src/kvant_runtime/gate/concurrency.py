@@ -18,7 +18,7 @@ import collections
 import math
 from dataclasses import dataclass
 
-from kvant_runtime.gate.limits import Limits
+from kvant_contracts.limits import Limits
 
 RETRACTION_WINDOW_SECONDS = 60.0
 

@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from kvant_contracts.limits import MODES
 from kvant_runtime.gate.admission import Admission
-from kvant_runtime.gate.limits import MODES
 
 # Queue waits run from 0 (admitted at once) up to queueTimeoutSeconds (30 s by default).
 WAIT_BUCKETS = (0.0, 0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)

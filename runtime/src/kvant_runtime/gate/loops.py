@@ -18,11 +18,11 @@ from pathlib import Path
 
 import aiohttp
 
+from kvant_contracts.limits import Limits, LimitsError, parse_limits_text
 from kvant_runtime.gate.admission import Admission
 from kvant_runtime.gate.concurrency import Change, ConcurrencyController, EngineSample
 from kvant_runtime.gate.engine_metrics import EngineMetricsError, fetch_engine_sample, fetch_token_capacity
 from kvant_runtime.gate.gate_metrics import GateMetrics
-from kvant_runtime.gate.limits import Limits, LimitsError, parse_limits_text
 
 log = logging.getLogger("kvant.gate")
 

@@ -22,11 +22,11 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from kvant_contracts.limits import Limits
 from kvant_contracts.serving_pod import ENGINE_HEALTH_PATH
 from kvant_runtime.gate.admission import Admission
 from kvant_runtime.gate.concurrency import ConcurrencyController
 from kvant_runtime.gate.gate_metrics import GateMetrics
-from kvant_runtime.gate.limits import Limits
 from kvant_runtime.gate.loops import LimitsFile, LocalLoop, watch_limits
 from kvant_runtime.gate.proxy import Proxy
 

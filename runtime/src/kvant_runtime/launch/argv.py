@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvant_runtime.launch.spec import LaunchSpec, SpecError
+from kvant_contracts.launch_spec import LaunchSpec, SpecError
 
 # What SGLang's config.json `quant_method` must be for each weights format (None: not quantized).
 CHECKPOINT_METHODS: dict[str, tuple[str | None, ...]] = {

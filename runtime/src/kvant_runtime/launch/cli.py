@@ -41,8 +41,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    from kvant_contracts.launch_spec import SpecError, load_spec, parse_spec_json  # noqa: PLC0415
     from kvant_runtime.launch.argv import checkpoint_quant_method, kvant_argv  # noqa: PLC0415
-    from kvant_runtime.launch.spec import SpecError, load_spec, parse_spec_json  # noqa: PLC0415
     from kvant_runtime.launch.validate import SGLangRejected, validate_argv  # noqa: PLC0415
     from kvant_runtime.manifest import ManifestError  # noqa: PLC0415
 

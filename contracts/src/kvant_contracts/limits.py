@@ -1,20 +1,37 @@
-"""The limits file: what the operator (or on-call) tells the gate, and its validation.
+"""The limits document: what the operator (or on-call) tells the gate, defined once for both sides.
 
-The file is the limits ConfigMap's content, YAML or JSON (JSON is YAML), with the
-QuantizedModel's own field names. Every field has a default, so `{}` is a valid file.
-A file that fails validation raises `LimitsError` naming the field and what would be valid.
+The operator renders a `Limits` into the limits ConfigMap (`render_limits`); the gate reads the file
+back (`parse_limits_text`). The document is YAML or JSON (JSON is YAML), with the QuantizedModel's
+own field names. A document that fails validation raises `LimitsError` naming the field and what
+would be valid.
+
+A *file* must carry every field the operator writes (`FILE_FIELDS`). A file that is empty, or cut
+short by a writer that does not replace it atomically, is refused, and the gate keeps the limits it
+had; it is never read as "all defaults". A mapping built in code (`parse_limits`) may leave fields
+out and gets the defaults below.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal, cast
 
 import yaml
 
 Mode = Literal["enforce", "observe", "off"]
 MODES: tuple[Mode, ...] = ("enforce", "observe", "off")
+LIMITS_FILE = "limits.yaml"  # the ConfigMap key, hence the file name in the gate's mount
+# What the operator always writes, so a file missing one of them is incomplete, not "defaults".
+FILE_FIELDS = (
+    "mode",
+    "maxConcurrency",
+    "maxQueued",
+    "queueTimeoutSeconds",
+    "targetTokenUsage",
+    "maxRetractionsPerMinute",
+    "concurrency",
+)
 
 
 class LimitsError(ValueError):
@@ -90,12 +107,28 @@ def parse_limits(data: object, source: str = "limits") -> Limits:
 
 
 def parse_limits_text(text: bytes | str, source: str) -> Limits:
-    """Decodes YAML or JSON text, then validates it."""
+    """Decodes a limits file (YAML or JSON), then validates it; every `FILE_FIELDS` field must be there."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise LimitsError(f"{source}: not valid YAML or JSON: {err}") from err
+    if data is None:
+        raise LimitsError(f"{source}: the limits file is empty; it must hold {', '.join(FILE_FIELDS)}")
+    if isinstance(data, Mapping):
+        missing = [name for name in FILE_FIELDS if name not in data]
+        if missing:
+            raise LimitsError(
+                f"{source}: incomplete limits file (cut short by a non-atomic write?): missing "
+                f"{', '.join(missing)}"
+            )
     return parse_limits(data, source)
+
+
+def render_limits(limits: Limits) -> str:
+    """The file the operator writes for `limits`: every field, keys sorted."""
+    document = asdict(limits)
+    parse_limits(document, "the rendered limits")  # what the gate would refuse is never written
+    return yaml.safe_dump(document, sort_keys=True)
 
 
 class _Fields:

@@ -1,4 +1,5 @@
-"""The launch spec: what `kvant launch` reads, rendered by the operator into a ConfigMap.
+"""The launch spec: what `kvant launch` reads, defined once for the operator that renders it into the
+engine container's `--spec-json` (`LaunchSpec.to_json`) and the launcher that parses it back.
 
 A JSON or YAML object with the plan's decisions for one serving pod. Field
 names are the CRD's (`tensorParallel`, `memFractionStatic`, `engineArgs`, ...):
@@ -23,7 +24,7 @@ names are the CRD's (`tensorParallel`, `memFractionStatic`, `engineArgs`, ...):
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,10 @@ class LaunchSpec:
             )
         if not all(isinstance(arg, str) for arg in self.engineArgs):
             raise SpecError(f"engineArgs must be a list of strings, got {list(self.engineArgs)!r}")
+
+    def to_json(self) -> str:
+        """The `--spec-json` text; `parse_spec_json` reads it back to an equal spec."""
+        return json.dumps({**asdict(self), "engineArgs": list(self.engineArgs)})
 
 
 def load_spec(path: Path) -> LaunchSpec:
