@@ -8,27 +8,39 @@ renders, the runtime parses back to an equal object.
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
 import kvant_contracts.limits as limits_contract
-from kvant_contracts import int4_artifact, launch_spec
+from kvant_contracts import int4_artifact, job_lines, launch_spec
 from kvant_operator.artifact import Location
 from kvant_operator.planner import weights as planner_weights
+from kvant_operator.reconcile import artifact_step, evaluation_step
 from kvant_operator.render.limits import limits_configmap, limits_for
 from kvant_operator.render.roles import roles
 from kvant_operator.render.serving import ServingInputs, deployment
 from kvant_operator.settings import OperatorSettings
-from kvant_runtime.convert import recipe, shard
+from kvant_runtime.calibrate import calibrator
+from kvant_runtime.convert import converter, progress, recipe, shard
+from kvant_runtime.evaluate import evaluator
 from kvant_runtime.gate import admission, loops
 from kvant_runtime.launch import argv
 from tests.unit.render_inputs import body, plan, spec_of
 
 ROOT = Path(__file__).resolve().parents[2]
 # (The API's own models, such as spec.protection's ConcurrencyBounds, are the CR, not a contract.)
-CONTRACT_CLASSES = {"Limits", "LaunchSpec", "TargetRule", "TensorSpec"}
+CONTRACT_CLASSES = {
+    "Limits",
+    "LaunchSpec",
+    "TargetRule",
+    "TensorSpec",
+    "ConvertProgress",
+    "ArtifactResult",
+    "EvalVerdict",
+}
 
 
 def _defined_classes(source_root: Path) -> list[str]:
@@ -49,6 +61,10 @@ def test_both_sides_use_the_contract_types() -> None:
     assert vars(admission)["Limits"] is vars(loops)["Limits"] is limits_contract.Limits
     assert vars(argv)["LaunchSpec"] is launch_spec.LaunchSpec
     assert vars(recipe)["TargetRule"] is int4_artifact.TargetRule
+    assert vars(converter)["ArtifactResult"] is vars(calibrator)["ArtifactResult"] is job_lines.ArtifactResult
+    assert vars(artifact_step)["ArtifactResult"] is job_lines.ArtifactResult
+    assert vars(progress)["ConvertProgress"] is vars(artifact_step)["ConvertProgress"]
+    assert vars(evaluator)["EvalVerdict"] is vars(evaluation_step)["EvalVerdict"] is job_lines.EvalVerdict
     converter_rule, planner_rule = vars(shard)["int4_outputs"], vars(planner_weights)["int4_outputs"]
     assert converter_rule is planner_rule is int4_artifact.int4_outputs
 
@@ -77,3 +93,16 @@ def test_the_launch_spec_the_operator_renders_is_what_the_launcher_reads(example
         assert parsed.to_json() == engine["args"][-1]
         assert parsed.disaggregationRole == role.disaggregation
         assert parsed.kvCacheDtype == role.kv_cache_dtype.value
+
+
+def test_a_job_line_with_wrong_types_is_no_result() -> None:
+    good = {"digest": "sha256:1", "bytes": 10, "sourceBytes": 20}
+    assert job_lines.ArtifactResult.from_log(f"log text\n{json.dumps(good)}\nmore text") == (
+        job_lines.ArtifactResult("sha256:1", 10, 20)
+    )
+    for bad in ({"bytes": -1}, {"bytes": True}, {"bytes": "10"}, {"digest": None}):
+        assert job_lines.ArtifactResult.from_log(json.dumps({**good, **bad})) is None, bad
+    verdict = {"meanKLDivergence": 0.01, "top1Agreement": 0.9, "passed": True}
+    assert job_lines.EvalVerdict.from_log(json.dumps(verdict)) is not None
+    assert job_lines.EvalVerdict.from_log(json.dumps({**verdict, "meanKLDivergence": float("nan")})) is None
+    assert job_lines.EvalVerdict.from_log(json.dumps({**verdict, "passed": 1})) is None

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from kvant_contracts.job_lines import ConvertProgress
 from kvant_operator.api.status import Phase
 from kvant_operator.artifact import artifact_key
 from kvant_operator.reconcile.artifact_step import ensure_artifact
@@ -55,11 +56,11 @@ def test_first_attempt_runs_reports_progress_then_publishes_the_record() -> None
     assert phase is Phase.CONVERTING and kube.jobs(NAMESPACE) == [job]
     assert condition(p, "Converted").reason == "Starting"
 
-    progress = {"event": "progress", "shardsDone": 1, "shardsTotal": 4, "bytesDone": 5e8, "bytesTotal": 2e9}
+    progress = ConvertProgress("progress", 1, 4, 500_000_000, 2_000_000_000, 1e8, 15.0).fields()
     kube.run_pod(NAMESPACE, job, {"convert": json.dumps(progress)})
     phase, p = _blocked(kube, model)
     assert phase is Phase.CONVERTING
-    assert "1/4 shards, 0.50/2.00 GB" in condition(p, "Converted").message
+    assert "1/4 shards, 0.50/2.00 GB, ETA 15s" in condition(p, "Converted").message
 
     kube.finish_job(NAMESPACE, job, {"convert": "{}", "calibrate": RESULT})
     p = new_pass(model, planned=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -53,20 +52,6 @@ def last_pod_log(kube: KubeDoor, job: Obj, container: str, tail_lines: int | Non
         return ""
     meta = pods[-1]["metadata"]
     return kube.pod_log(meta["namespace"], meta["name"], container, tail_lines)
-
-
-def last_json_line(text: str, required_key: str) -> Obj | None:
-    """The last line of `text` that is a JSON object holding `required_key`."""
-    for raw in reversed(text.strip().splitlines()):
-        line = raw.strip()
-        if line.startswith("{"):
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and required_key in record:
-                return record
-    return None
 
 
 def failure_detail(kube: KubeDoor, job: Obj) -> str:

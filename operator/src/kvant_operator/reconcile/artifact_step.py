@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from kvant_contracts.job_lines import ArtifactResult, ConvertProgress
 from kvant_operator.api.lifecycle import ConditionType
 from kvant_operator.api.spec import QuantizedModelSpec
 from kvant_operator.api.status import ArtifactStatus, Phase
@@ -21,14 +22,7 @@ from kvant_operator.artifact import (
     needs_conversion,
     source_location,
 )
-from kvant_operator.jobstate import (
-    JobPhase,
-    failure_detail,
-    job_pods,
-    job_state,
-    last_json_line,
-    last_pod_log,
-)
+from kvant_operator.jobstate import JobPhase, failure_detail, job_pods, job_state, last_pod_log
 from kvant_operator.kube_door import KubeDoor
 from kvant_operator.reconcile.state import Blocked, Obj, Pass
 from kvant_operator.render import jobs
@@ -154,7 +148,7 @@ class Attempts:
             pod = pods[-1]
             step = running_step(pod) or step
             tail = self.kube.pod_log(pod["metadata"]["namespace"], pod["metadata"]["name"], step, 20)
-            message = progress_message(step, last_json_line(tail, "event"))
+            message = progress_message(step, ConvertProgress.from_log(tail))
         if step == "calibrate":
             p.condition(ConditionType.CONVERTED, True, "Converted", "INT4 conversion finished; calibrating")
             p.condition(ConditionType.CALIBRATED, False, "Calibrating", message)
@@ -190,12 +184,19 @@ class Attempts:
     def _publish(self, job: Obj) -> Obj:
         p = self.p
         last = "calibrate" if needs_calibration(p.spec) else "convert"
-        result = last_json_line(last_pod_log(self.kube, job, last, 50), "digest") or {}
+        result = ArtifactResult.from_log(last_pod_log(self.kube, job, last, 50))
+        if result is None:  # a runtime image that does not speak this contract: nothing to record
+            raise p.fail(
+                "ArtifactResultMissing",
+                f"job {job['metadata']['name']} succeeded but its {last} container printed no artifact "
+                "result line; is the runtime image the operator's version?",
+                "fix the runtime image; see Degraded",
+            )
         artifact = ArtifactStatus(
             uri=artifact_uri(p.spec, self.settings, self.key),
-            digest=str(result.get("digest", "")),
-            bytes=int(result.get("bytes", 0)),
-            source_bytes=int(result.get("sourceBytes", 0)),
+            digest=result.digest,
+            bytes=result.bytes,
+            source_bytes=result.sourceBytes,
         )
         record = artifact_record(p.body, self.key, artifact)
         self.kube.create(record)
@@ -221,14 +222,14 @@ def running_step(pod: Obj) -> str | None:
     return started[-1] if started else None
 
 
-def progress_message(step: str, record: Obj | None) -> str:
+def progress_message(step: str, line: ConvertProgress | None) -> str:
     if step == "calibrate":
         return "calibrating FP8 KV scales layer by layer"
-    if not record or not record.get("shardsTotal"):
+    if line is None or not line.shardsTotal:
         return "converting to INT4"
     gb = 1e9
-    eta = f", ETA {record['etaSeconds']:.0f}s" if record.get("etaSeconds") is not None else ""
+    eta = f", ETA {line.etaSeconds:.0f}s" if line.etaSeconds is not None else ""
     return (
-        f"converting to INT4: {record['shardsDone']}/{record['shardsTotal']} shards, "
-        f"{record['bytesDone'] / gb:.2f}/{record['bytesTotal'] / gb:.2f} GB{eta}"
+        f"converting to INT4: {line.shardsDone}/{line.shardsTotal} shards, "
+        f"{line.bytesDone / gb:.2f}/{line.bytesTotal / gb:.2f} GB{eta}"
     )

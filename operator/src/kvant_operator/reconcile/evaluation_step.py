@@ -4,17 +4,11 @@ settled candidate is not evaluated again."""
 
 from __future__ import annotations
 
+from kvant_contracts.job_lines import EvalVerdict
 from kvant_operator.api.lifecycle import ConditionType
 from kvant_operator.api.status import Phase
 from kvant_operator.artifact import artifact_key, needs_artifact
-from kvant_operator.jobstate import (
-    JobPhase,
-    ensure_job,
-    failure_detail,
-    job_state,
-    last_json_line,
-    last_pod_log,
-)
+from kvant_operator.jobstate import JobPhase, ensure_job, failure_detail, job_state, last_pod_log
 from kvant_operator.kube_door import KubeDoor
 from kvant_operator.reconcile.state import Blocked, Obj, Pass
 from kvant_operator.render import jobs
@@ -64,13 +58,13 @@ def _gate(p: Pass, block: bool, passed: bool, message: str) -> None:
 
 
 def _verdict(kube: KubeDoor, job: Obj, name: str, threshold: float) -> tuple[bool, str]:
-    result = last_json_line(last_pod_log(kube, job, "eval", 50), "meanKLDivergence") or {}
-    if not result:
+    verdict = EvalVerdict.from_log(last_pod_log(kube, job, "eval", 50))
+    if verdict is None:
         return False, f"job {name} gave no result: {failure_detail(kube, job)}"
     measured = (
-        f"meanKLDivergence {result['meanKLDivergence']:.4g} (maxKLDivergence {threshold:g}), "
-        f"top-1 agreement {result.get('top1Agreement', 0):.3f}"
+        f"meanKLDivergence {verdict.meanKLDivergence:.4g} (maxKLDivergence {threshold:g}), "
+        f"top-1 agreement {verdict.top1Agreement:.3f}"
     )
-    if result.get("passed"):
+    if verdict.passed:
         return True, f"job {name}: {measured}"
-    return False, f"job {name}: {result.get('failure') or measured}"
+    return False, f"job {name}: {verdict.failure or measured}"

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from kvant_contracts.job_lines import ArtifactResult
 from kvant_kernels.kv_cache_scheme import KV_CACHE_SCHEME
 from kvant_kernels.kv_scales import SAFETY_MARGIN, LayerAbsmax, kv_cache_scale
 from kvant_runtime.calibrate import artifact
@@ -98,10 +99,8 @@ def calibrate(directory: Path, options: Options, say: Callable[[str], None]) -> 
     say(f"published {directory} ({manifest['digest']}, was {unpublished.previous['digest']})")
     return {
         "artifact": str(directory),
-        "digest": manifest["digest"],
+        **ArtifactResult(manifest["digest"], manifest["bytes"], manifest.get("sourceBytes", 0)).fields(),
         "previousDigest": unpublished.previous["digest"],
-        "bytes": manifest["bytes"],
-        "sourceBytes": manifest.get("sourceBytes", 0),
         **calibration,
         "layers": [_layer_result(layout, absmax, scales, layer) for layer in range(layout.layers)],
         "seconds": round(time.monotonic() - started, 2),

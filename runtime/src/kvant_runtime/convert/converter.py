@@ -14,6 +14,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from kvant_contracts.job_lines import ArtifactResult
 from kvant_runtime.convert import artifact
 from kvant_runtime.convert.errors import ConvertError
 from kvant_runtime.convert.progress import Progress
@@ -75,7 +76,7 @@ def run(job: Job, progress: Progress) -> dict[str, Any] | None:
 
 def _result(manifest: dict[str, Any]) -> dict[str, Any]:
     """The artifact facts the operator reads from the final progress line."""
-    return {"digest": manifest["digest"], "bytes": manifest["bytes"], "sourceBytes": manifest["sourceBytes"]}
+    return ArtifactResult(manifest["digest"], manifest["bytes"], manifest["sourceBytes"]).fields()
 
 
 def _identity(job: Job) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Progress of a conversion, for people (a bar on a TTY, a line per shard otherwise) and for the operator.
 
-The machine-readable form is JSON lines, one object per event, flushed as written:
+The machine-readable form is JSON lines (`kvant_contracts.job_lines.ConvertProgress`), one object per
+event, flushed as written:
 
     {"event": "start" | "progress" | "shard" | "done" | "error",
      "shardsDone": int, "shardsTotal": int, "bytesDone": int, "bytesTotal": int,
@@ -17,6 +18,8 @@ import sys
 import threading
 import time
 from typing import Any, TextIO
+
+from kvant_contracts.job_lines import ConvertProgress
 
 _BAR_WIDTH = 30
 _TTY_INTERVAL_S = 0.2
@@ -104,16 +107,16 @@ class Progress:
     def _emit(self, event: str, **extra: Any) -> None:
         if self._machine is None:
             return
-        record = {
-            "event": event,
-            "shardsDone": self.shards_done,
-            "shardsTotal": self.shards_total,
-            "bytesDone": self.bytes_done,
-            "bytesTotal": self.bytes_total,
-            "bytesPerSecond": round(self._rate(), 1),
-            "etaSeconds": None if (eta := self._eta()) is None else round(eta, 1),
-            **extra,
-        }
+        line = ConvertProgress(
+            event=event,
+            shardsDone=self.shards_done,
+            shardsTotal=self.shards_total,
+            bytesDone=self.bytes_done,
+            bytesTotal=self.bytes_total,
+            bytesPerSecond=round(self._rate(), 1),
+            etaSeconds=None if (eta := self._eta()) is None else round(eta, 1),
+        )
+        record = {**line.fields(), **extra}
         self._machine.write(json.dumps(record) + "\n")
         self._machine.flush()
 

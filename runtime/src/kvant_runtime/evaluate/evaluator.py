@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from kvant_contracts.job_lines import EvalVerdict
 from kvant_runtime.calibrate.calibrator import resolve_device
 from kvant_runtime.calibrate.checkpoint import Checkpoint, read_json
 from kvant_runtime.calibrate.data import token_windows
@@ -72,6 +73,7 @@ def evaluate(
     agreement = _run_lockstep(reference, candidate, windows.samples, tap, device=device, say=say)
     metrics = agreement.summary()
     failure = gate_failure(metrics, options.max_kl_divergence)
+    verdict = EvalVerdict(metrics["meanKLDivergence"], metrics["top1Agreement"], failure is None, failure)
     return {
         "reference": str(reference),
         "candidate": str(candidate),
@@ -84,8 +86,7 @@ def evaluate(
         **metrics,
         "maxKLDivergence": options.max_kl_divergence,
         "gatedMetric": GATED_METRIC,
-        "passed": failure is None,
-        "failure": failure,
+        **verdict.fields(),
         "seconds": round(time.monotonic() - started, 2),
     }
 
