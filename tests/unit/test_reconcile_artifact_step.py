@@ -44,7 +44,7 @@ def test_calibration_without_conversion_is_refused_with_the_fix() -> None:
     phase, p = _blocked(MemoryKube(), model)
     assert phase is Phase.FAILED
     degraded = condition(p, "Degraded")
-    assert degraded.reason == "CalibrationNeedsConversion" and "use format int4" in degraded.message
+    assert degraded.reason == "CalibrationNeedsConversion" and "(int4)" in degraded.message
 
 
 def test_first_attempt_runs_reports_progress_then_publishes_the_record() -> None:

@@ -30,7 +30,8 @@ from typing import Any
 
 import yaml
 
-WEIGHTS_FORMATS = ("bf16", "fp8", "int4")
+from kvant_contracts.weight_formats import FORMATS
+
 KV_CACHE_DTYPES = ("auto", "bf16", "fp8_e4m3", "fp8_e5m2")
 DISAGGREGATION_ROLES = ("prefill", "decode")
 
@@ -60,7 +61,7 @@ class LaunchSpec:
     engineArgs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        _one_of("weightsFormat", self.weightsFormat, WEIGHTS_FORMATS)
+        _one_of("weightsFormat", self.weightsFormat, tuple(FORMATS))
         _one_of("kvCacheDtype", self.kvCacheDtype, KV_CACHE_DTYPES)
         if self.disaggregationRole is not None:
             _one_of("disaggregationRole", self.disaggregationRole, DISAGGREGATION_ROLES)

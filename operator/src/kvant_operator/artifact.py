@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from kvant_operator.api.spec import KvScales, QuantizedModelSpec, WeightFormat
+from kvant_contracts.weight_formats import weight_format
+from kvant_operator.api.spec import KvScales, QuantizedModelSpec
 from kvant_operator.settings import OperatorSettings
 
 SOURCE_MOUNT = "/source"
@@ -28,7 +29,7 @@ def digest(data: Any, length: int = 16) -> str:
 
 
 def needs_conversion(spec: QuantizedModelSpec) -> bool:
-    return spec.weights.format is WeightFormat.INT4
+    return weight_format(spec.weights.format.value).converts
 
 
 def needs_calibration(spec: QuantizedModelSpec) -> bool:

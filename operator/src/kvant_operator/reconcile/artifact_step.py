@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from kvant_contracts.job_lines import ArtifactResult, ConvertProgress
+from kvant_contracts.weight_formats import converted_formats, weight_format
 from kvant_operator.api.lifecycle import ConditionType
 from kvant_operator.api.spec import QuantizedModelSpec
 from kvant_operator.api.status import ArtifactStatus, Phase
@@ -44,7 +45,8 @@ def ensure_artifact(p: Pass, kube: KubeDoor, settings: OperatorSettings) -> None
         raise p.fail(
             "CalibrationNeedsConversion",
             "spec.kvCache.scales: calibrate writes scales into a converted artifact, and "
-            f"spec.weights.format {p.spec.weights.format} converts nothing: use format int4, or "
+            f"spec.weights.format {p.spec.weights.format} converts nothing: use a format Kvant converts "
+            f"to ({', '.join(converted_formats())}), or "
             "scales: checkpoint (scales already in the source) or unit",
             "fix the spec; see Degraded",
         )
@@ -81,6 +83,7 @@ class Attempts:
     def __init__(self, p: Pass, kube: KubeDoor, settings: OperatorSettings, key: str) -> None:
         assert p.plan is not None
         self.p, self.kube, self.settings, self.key = p, kube, settings, key
+        self.label = weight_format(p.spec.weights.format.value).label
         self.workers = (
             jobs.conversion_workers(p.body, p.plan.source_bytes, settings) if needs_conversion(p.spec) else 1
         )
@@ -139,7 +142,7 @@ class Attempts:
         if spec.get("completionMode") == "Indexed":
             done = (job.get("status") or {}).get("succeeded", 0)
             self._progress(
-                "Converting", f"converting to INT4 on {spec['completions']} workers: {done} finished"
+                "Converting", f"converting to {self.label} on {spec['completions']} workers: {done} finished"
             )
             raise Blocked(Phase.CONVERTING)
         pods = job_pods(self.kube, job)
@@ -148,9 +151,10 @@ class Attempts:
             pod = pods[-1]
             step = running_step(pod) or step
             tail = self.kube.pod_log(pod["metadata"]["namespace"], pod["metadata"]["name"], step, 20)
-            message = progress_message(step, ConvertProgress.from_log(tail))
+            message = progress_message(step, ConvertProgress.from_log(tail), self.label)
         if step == "calibrate":
-            p.condition(ConditionType.CONVERTED, True, "Converted", "INT4 conversion finished; calibrating")
+            finished = f"{self.label} conversion finished; calibrating"
+            p.condition(ConditionType.CONVERTED, True, "Converted", finished)
             p.condition(ConditionType.CALIBRATED, False, "Calibrating", message)
             p.condition(ConditionType.PROGRESSING, True, "Calibrating", message)
             raise Blocked(Phase.CALIBRATING)
@@ -222,14 +226,14 @@ def running_step(pod: Obj) -> str | None:
     return started[-1] if started else None
 
 
-def progress_message(step: str, line: ConvertProgress | None) -> str:
+def progress_message(step: str, line: ConvertProgress | None, label: str) -> str:
     if step == "calibrate":
         return "calibrating FP8 KV scales layer by layer"
     if line is None or not line.shardsTotal:
-        return "converting to INT4"
+        return f"converting to {label}"
     gb = 1e9
     eta = f", ETA {line.etaSeconds:.0f}s" if line.etaSeconds is not None else ""
     return (
-        f"converting to INT4: {line.shardsDone}/{line.shardsTotal} shards, "
+        f"converting to {label}: {line.shardsDone}/{line.shardsTotal} shards, "
         f"{line.bytesDone / gb:.2f}/{line.bytesTotal / gb:.2f} GB{eta}"
     )

@@ -231,7 +231,7 @@ def _convert_container(
         source,
         output,
         "--format",
-        "int4",
+        weights.format.value,
         "--group-size",
         str(weights.group_size),
         "--targets",

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from kvant_contracts.weight_formats import weight_format
 from kvant_kernels.kv_cache_scheme import KV_CACHE_SCHEME
 from kvant_runtime.convert.recipe import Recipe
 from kvant_runtime.convert.source import INDEX_FILE, SINGLE_FILE, SourceCheckpoint
@@ -36,9 +37,10 @@ def quantization_config(recipe: Recipe, ignore: list[str], has_kv_scales: bool) 
         "observer": "minmax",
     }
     kv_cache_scheme = dict(KV_CACHE_SCHEME) if has_kv_scales else None
+    fmt = weight_format(recipe.format)
     return {
-        "quant_method": "compressed-tensors",
-        "format": "pack-quantized",
+        "quant_method": fmt.quant_methods[0],
+        "format": fmt.compressed_tensors_format,
         "quantization_status": "compressed",
         "config_groups": {
             "group_0": {
@@ -46,7 +48,7 @@ def quantization_config(recipe: Recipe, ignore: list[str], has_kv_scales: bool) 
                 "weights": weights,
                 "input_activations": None,
                 "output_activations": None,
-                "format": "pack-quantized",
+                "format": fmt.compressed_tensors_format,
             }
         },
         "ignore": sorted(set(ignore)),

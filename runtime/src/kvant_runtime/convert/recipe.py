@@ -11,10 +11,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kvant_contracts.int4_artifact import TARGETS, TargetRule
+from kvant_contracts.weight_formats import converted_formats
 from kvant_kernels.int4 import GROUP_SIZES
 from kvant_runtime.convert.errors import ConvertError
 
-FORMATS: tuple[str, ...] = ("int4",)
+FORMATS = converted_formats()
 
 
 @dataclass(frozen=True)

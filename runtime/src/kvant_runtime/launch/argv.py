@@ -15,13 +15,7 @@ import json
 from pathlib import Path
 
 from kvant_contracts.launch_spec import LaunchSpec, SpecError
-
-# What SGLang's config.json `quant_method` must be for each weights format (None: not quantized).
-CHECKPOINT_METHODS: dict[str, tuple[str | None, ...]] = {
-    "int4": ("compressed-tensors",),
-    "fp8": ("fp8", "compressed-tensors", None),
-    "bf16": (None,),
-}
+from kvant_contracts.weight_formats import weight_format
 
 
 def checkpoint_quant_method(model_path: Path) -> str | None:
@@ -38,14 +32,16 @@ def checkpoint_quant_method(model_path: Path) -> str | None:
 
 
 def quantization_flag(weights_format: str, quant_method: str | None) -> list[str]:
-    if quant_method not in CHECKPOINT_METHODS[weights_format]:
+    """SGLang's --quantization for this checkpoint, after checking its quant_method fits the format."""
+    fmt = weight_format(weights_format)
+    if quant_method not in fmt.quant_methods:
         found = f"quant_method {quant_method!r}" if quant_method else "no quantization_config"
         raise SpecError(
             f"weightsFormat is {weights_format}, but the checkpoint's config.json has {found}; "
-            f"{weights_format} needs quant_method in {list(CHECKPOINT_METHODS[weights_format])}"
+            f"{weights_format} needs quant_method in {list(fmt.quant_methods)}"
         )
-    if weights_format == "fp8" and quant_method is None:
-        return ["--quantization", "fp8"]
+    if quant_method is None and fmt.online_quantization:
+        return ["--quantization", fmt.online_quantization]
     return []
 
 
