@@ -83,7 +83,7 @@ def test_bf16_weights_get_no_int4_scheme():
         ({"serving": {"tensorParallel": 3, "gpu": {"count": 8}}}, "spec.serving.tensorParallel"),
         ({"serving": {"engineArgs": ["--kv-cache-dtype=bf16"]}}, "spec.serving.engineArgs"),
         ({"source": {"uri": "http://example.com/model"}}, "spec.source.uri"),
-        ({"source": {"uri": "hf://org/model"}}, "spec.source.revision"),
+        ({"source": {"uri": "hf://org/model", "revision": "v1"}}, "spec.source.uri"),
         ({"limits": {"maxConcurrency": 0}}, "maxConcurrency"),
         ({"serving": {"gpu": {"memoryGiB": 80, "cores": 4}}}, "cores"),
         (

@@ -16,13 +16,13 @@ import yaml
 
 import kvant_contracts.limits as limits_contract
 from kvant_contracts import int4_artifact, job_lines, launch_spec
-from kvant_operator.artifact import Location
 from kvant_operator.planner import weights as planner_weights
 from kvant_operator.reconcile import artifact_step, evaluation_step
 from kvant_operator.render.limits import limits_configmap, limits_for
 from kvant_operator.render.roles import roles
 from kvant_operator.render.serving import ServingInputs, deployment
 from kvant_operator.settings import OperatorSettings
+from kvant_operator.sources import Location
 from kvant_runtime.calibrate import calibrator
 from kvant_runtime.convert import converter, progress, recipe, shard
 from kvant_runtime.evaluate import evaluator

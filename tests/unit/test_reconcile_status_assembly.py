@@ -64,14 +64,11 @@ def test_a_model_goes_from_planning_to_ready_one_pass_at_a_time(tmp_path: Path) 
     assert settled.status == ready.status and settled.events == []
 
 
-def test_an_unfetchable_source_fails_without_a_job() -> None:
-    model = body(
-        source={"uri": "hf://org/model", "revision": "main"},
-        weights={"format": "bf16"},
-        kvCache={"dtype": "bf16"},
-    )
+def test_a_source_no_type_serves_is_an_invalid_spec_without_a_job() -> None:
+    model = body(source={"uri": "s3://bucket/model"}, weights={"format": "bf16"}, kvCache={"dtype": "bf16"})
     kube = MemoryKube()
     outcome = Reconciler(kube, SETTINGS).reconcile(model, now=NOW)
     assert outcome.status["phase"] == "Failed"
-    assert _conditions(outcome)["Degraded"] == ("True", "SourceUnsupported")
+    degraded = next(c for c in outcome.status["conditions"] if c["type"] == "Degraded")
+    assert degraded["reason"] == "InvalidSpec" and "pvc://<claim>/<path>" in degraded["message"]
     assert kube.created == []

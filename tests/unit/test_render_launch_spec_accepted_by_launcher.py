@@ -7,10 +7,10 @@ import json
 import pytest
 
 from kvant_contracts.launch_spec import parse_spec_json
-from kvant_operator.artifact import Location
 from kvant_operator.render.roles import roles
 from kvant_operator.render.serving import ServingInputs, deployment
 from kvant_operator.settings import OperatorSettings
+from kvant_operator.sources import Location
 from tests.unit.render_inputs import body, plan, spec_of
 
 MODEL_DIR = Location(

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import yaml
 
-from kvant_operator.artifact import Location
 from kvant_operator.render.limits import limits_configmap, limits_for
 from kvant_operator.render.roles import roles
 from kvant_operator.render.serving import ServingInputs, deployment
 from kvant_operator.settings import OperatorSettings
+from kvant_operator.sources import Location
 from tests.unit.render_inputs import body, plan, spec_of
 
 MODEL_DIR = Location(

@@ -7,20 +7,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
 from kvant_contracts.weight_formats import weight_format
 from kvant_operator.api.spec import KvScales, QuantizedModelSpec
 from kvant_operator.settings import OperatorSettings
+from kvant_operator.sources import Location, locate_source
 
-SOURCE_MOUNT = "/source"
 ARTIFACT_MOUNT = "/artifacts"
-
-
-class UnsupportedSourceError(ValueError):
-    pass
 
 
 def digest(data: Any, length: int = 16) -> str:
@@ -59,39 +54,9 @@ def artifact_key(spec: QuantizedModelSpec, settings: OperatorSettings) -> str:
     return digest(recipe)
 
 
-@dataclass(frozen=True)
-class Location:
-    """A folder reachable from pods: a volume, where it is mounted, and the path below the mount."""
-
-    volume: dict[str, Any]
-    mount_path: str
-    sub_path: str
-
-    @property
-    def path(self) -> str:
-        return str(PurePosixPath(self.mount_path) / self.sub_path) if self.sub_path else self.mount_path
-
-
 def source_location(spec: QuantizedModelSpec) -> Location:
-    uri = spec.source.uri
-    if uri.startswith("file://"):
-        return Location(
-            {"name": "source", "hostPath": {"path": uri.removeprefix("file://"), "type": "Directory"}},
-            SOURCE_MOUNT,
-            "",
-        )
-    if uri.startswith("pvc://"):
-        claim, _, path = uri.removeprefix("pvc://").partition("/")
-        return Location(
-            {"name": "source", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}},
-            SOURCE_MOUNT,
-            path.strip("/"),
-        )
-    scheme = uri.split("://", 1)[0]
-    raise UnsupportedSourceError(
-        f"spec.source.uri {uri!r}: {scheme}:// sources are not fetched by this version of Kvant; stage the "
-        "checkpoint on a PersistentVolumeClaim and use pvc://<claim>/<path> (or file:///<path> on a dev node)"
-    )
+    """Where pods read the model's source (see `kvant_operator.sources`)."""
+    return locate_source(spec.source.uri)
 
 
 def artifact_location(spec: QuantizedModelSpec, settings: OperatorSettings, key: str) -> Location:

@@ -14,11 +14,10 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import Field, model_validator
 
 from kvant_operator.api.rules import ApiModel, Rule, TransitionRule
+from kvant_operator.sources import SOURCE_FORMS, SOURCE_URI
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-# RE2 and Python agree on this pattern, so the CEL rule and the model accept the same URIs.
-SOURCE_URI = r"^(hf://[^/]+/[^/]+|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/.*)?|s3://[^/]+(/.*)?|file:///.+)$"
 # Engine flags Kvant derives from the spec; setting them in engineArgs would silently fight the spec.
 OWNED_ENGINE_FLAGS = (
     "kv-cache-dtype|tp|tp-size|tensor-parallel-size|mem-fraction-static|page-size|"
@@ -110,18 +109,9 @@ class SourceSpec(ApiModel):
     rules = (
         Rule(
             cel=f"self.uri.matches('{SOURCE_URI}')",
-            message="spec.source.uri must be hf://<org>/<model>, pvc://<claim>/<path>, "
-            "s3://<bucket>/<prefix> or file:///<absolute path>",
+            message=f"spec.source.uri must be {SOURCE_FORMS}",
             field_path=".uri",
             holds=lambda s: re.search(SOURCE_URI, s.uri) is not None,
-        ),
-        Rule(
-            cel="!self.uri.startsWith('hf://') || has(self.revision)",
-            message="spec.source.revision is required for hf:// sources: pin a commit or tag so the "
-            "artifact cache key cannot move under you",
-            field_path=".revision",
-            holds=lambda s: not s.uri.startswith("hf://") or s.revision is not None,
-            reason="FieldValueRequired",
         ),
     )
 
@@ -130,7 +120,7 @@ class SourceSpec(ApiModel):
         default=None,
         max_length=128,
         pattern=r"^[A-Za-z0-9._/-]+$",
-        description="Commit or tag of the source; part of the artifact cache key. Required for hf://.",
+        description="Commit or tag of the source; part of the artifact cache key.",
     )
     credentials_secret: str | None = Field(
         default=None,

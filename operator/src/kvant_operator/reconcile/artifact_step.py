@@ -21,7 +21,6 @@ from kvant_operator.artifact import (
     needs_artifact,
     needs_calibration,
     needs_conversion,
-    source_location,
 )
 from kvant_operator.jobstate import JobPhase, failure_detail, job_pods, job_state, last_pod_log
 from kvant_operator.kube_door import KubeDoor
@@ -34,7 +33,6 @@ from kvant_operator.settings import OperatorSettings
 
 def ensure_artifact(p: Pass, kube: KubeDoor, settings: OperatorSettings) -> None:
     if not needs_artifact(p.spec):
-        source_location(p.spec)  # rejects sources pods cannot mount
         p.artifact = ArtifactStatus(uri=p.spec.source.uri)
         p.condition(
             ConditionType.CONVERTED, True, "NotRequired", f"serving the source as {p.spec.weights.format}"

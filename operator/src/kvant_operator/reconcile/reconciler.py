@@ -13,8 +13,7 @@ from pydantic import ValidationError
 
 from kvant_operator.api.lifecycle import ConditionType
 from kvant_operator.api.resource import QuantizedModel
-from kvant_operator.api.status import ArtifactStatus, Condition, Phase, PlanStatus
-from kvant_operator.artifact import UnsupportedSourceError
+from kvant_operator.api.status import ArtifactStatus, Condition, PlanStatus
 from kvant_operator.kube_door import KubeDoor
 from kvant_operator.protection.loop import ProtectionResult
 from kvant_operator.reconcile.artifact_step import ensure_artifact
@@ -65,9 +64,6 @@ class Reconciler:
             phase, busy = serve(p, self.kube, self.settings)
         except Blocked as blocked:
             phase, busy = blocked.phase, blocked.busy
-        except UnsupportedSourceError as err:
-            p.condition(ConditionType.DEGRADED, True, "SourceUnsupported", str(err))
-            phase, busy = Phase.FAILED, False
         if ConditionType.READY not in p.log.written:
             ready_while_blocked(p, self.kube, phase)
         return outcome(body, p.log, phase, busy, p)

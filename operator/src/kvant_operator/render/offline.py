@@ -10,7 +10,6 @@ from pydantic import ValidationError
 from kvant_operator.api.resource import QuantizedModel
 from kvant_operator.api.status import ArtifactStatus
 from kvant_operator.artifact import (
-    UnsupportedSourceError,
     artifact_key,
     artifact_location,
     artifact_uri,
@@ -45,7 +44,7 @@ def render_offline(manifest: Obj, checkpoint: Path | None, namespace: str) -> li
         plan_from = checkpoint or _local_source(spec.source.uri)
         plan = make_plan(load_checkpoint(plan_from), PlanRequest.from_spec(spec)).to_status()
         source = source_location(spec)
-    except (ConfigError, InventoryError, UnsupportedSourceError) as err:
+    except (ConfigError, InventoryError) as err:
         raise OfflineRenderError(str(err)) from None
     plan = plan.model_copy(update={"inputs": digest(jobs.plan_inputs(spec))})
     objects: list[Obj] = [jobs.plan_job(body, spec, settings)]

@@ -13,11 +13,12 @@ from kvant_contracts.launch_spec import LaunchSpec
 from kvant_contracts.serving_pod import ENGINE_HEALTH_PATH
 from kvant_operator.api.spec import Engine, QuantizedModelSpec
 from kvant_operator.api.status import PlanStatus
-from kvant_operator.artifact import Location, digest
+from kvant_operator.artifact import digest
 from kvant_operator.render.limits import LIMITS_FILE, limits_configmap, limits_name
 from kvant_operator.render.meta import Obj, object_meta
 from kvant_operator.render.roles import Role, roles, workload_name
 from kvant_operator.settings import OperatorSettings
+from kvant_operator.sources import Location
 
 # The engine listens on the pod's loopback: the gate is the only way in. The gate's metrics port is the
 # pod's read-only window onto the engine (merged /metrics, /engine/health), see kvant_runtime.gate.

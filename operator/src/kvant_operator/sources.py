@@ -1,0 +1,70 @@
+"""The source seam: each source type maps a `spec.source.uri` to what a pod needs to read the checkpoint.
+
+A source type says which URIs it serves (a pattern that RE2, hence the CRD's CEL rule, and Python read
+alike), how a person writes one, and where a pod finds the folder: a volume, its mount path and the
+path below it. The API accepts exactly the schemes of the types registered here, so a URI that no type
+serves is refused at `kubectl apply`, not later by a reconcile.
+
+A fetched source (hf://, s3://, the model-sources issue) is one more type here: its `locate` gives the
+shared cache volume it fills, and its fetch step and credentials come with it. The renderers ask
+`locate_source` and never look at a scheme.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+SOURCE_MOUNT = "/source"
+
+
+@dataclass(frozen=True)
+class Location:
+    """A folder reachable from pods: a volume, where it is mounted, and the path below the mount."""
+
+    volume: dict[str, Any]
+    mount_path: str
+    sub_path: str
+
+    @property
+    def path(self) -> str:
+        return str(PurePosixPath(self.mount_path) / self.sub_path) if self.sub_path else self.mount_path
+
+
+@dataclass(frozen=True)
+class SourceType:
+    scheme: str
+    pattern: str  # the whole URI; RE2 and Python agree on it
+    form: str  # how a person writes one, for error messages
+    locate: Callable[[str], Location]
+
+
+def _host_path(uri: str) -> Location:
+    path = uri.removeprefix("file://")
+    return Location({"name": "source", "hostPath": {"path": path, "type": "Directory"}}, SOURCE_MOUNT, "")
+
+
+def _claim(uri: str) -> Location:
+    claim, _, path = uri.removeprefix("pvc://").partition("/")
+    volume = {"name": "source", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+    return Location(volume, SOURCE_MOUNT, path.strip("/"))
+
+
+SOURCE_TYPES: tuple[SourceType, ...] = (
+    SourceType("pvc", r"pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/.*)?", "pvc://<claim>/<path>", _claim),
+    SourceType("file", r"file:///.+", "file:///<absolute path on the node>", _host_path),
+)
+# What the API accepts: exactly the URIs some source type serves.
+SOURCE_URI = "^(" + "|".join(t.pattern for t in SOURCE_TYPES) + ")$"
+SOURCE_FORMS = " or ".join(t.form for t in SOURCE_TYPES)
+
+
+def locate_source(uri: str) -> Location:
+    """Where pods read the source `uri` (which the API has already matched against SOURCE_URI)."""
+    scheme = uri.split("://", 1)[0]
+    for source_type in SOURCE_TYPES:
+        if source_type.scheme == scheme:
+            return source_type.locate(uri)
+    raise ValueError(f"spec.source.uri {uri!r}: no source type serves {scheme}://; use {SOURCE_FORMS}")
