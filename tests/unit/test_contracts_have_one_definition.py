@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 import kvant_contracts.limits as limits_contract
-from kvant_contracts import int4_artifact, job_lines, launch_spec
+from kvant_contracts import int4_artifact, job_lines, launch_spec, safetensors_header
+from kvant_operator.planner import inventory
 from kvant_operator.planner import weights as planner_weights
 from kvant_operator.reconcile import artifact_step, evaluation_step
 from kvant_operator.render.limits import limits_configmap, limits_for
@@ -24,7 +25,7 @@ from kvant_operator.render.serving import ServingInputs, deployment
 from kvant_operator.settings import OperatorSettings
 from kvant_operator.sources import Location
 from kvant_runtime.calibrate import calibrator
-from kvant_runtime.convert import converter, progress, recipe, shard
+from kvant_runtime.convert import converter, progress, recipe, safetensors_io, shard
 from kvant_runtime.evaluate import evaluator
 from kvant_runtime.gate import admission, loops
 from kvant_runtime.launch import argv
@@ -40,6 +41,8 @@ CONTRACT_CLASSES = {
     "ConvertProgress",
     "ArtifactResult",
     "EvalVerdict",
+    "HeaderEntry",
+    "TensorInfo",
 }
 
 
@@ -65,6 +68,8 @@ def test_both_sides_use_the_contract_types() -> None:
     assert vars(artifact_step)["ArtifactResult"] is job_lines.ArtifactResult
     assert vars(progress)["ConvertProgress"] is vars(artifact_step)["ConvertProgress"]
     assert vars(evaluator)["EvalVerdict"] is vars(evaluation_step)["EvalVerdict"] is job_lines.EvalVerdict
+    assert vars(safetensors_io)["read_header"] is safetensors_header.read_header
+    assert vars(inventory)["safetensors_header"] is safetensors_header
     converter_rule, planner_rule = vars(shard)["int4_outputs"], vars(planner_weights)["int4_outputs"]
     assert converter_rule is planner_rule is int4_artifact.int4_outputs
 

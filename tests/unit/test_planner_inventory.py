@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -33,12 +32,28 @@ def test_header_lists_every_tensor_with_dtype_shape_and_size(tmp_path: Path):
     assert found["model.layers.0.mlp.up_proj.weight"].layer == 0
 
 
-def test_tensor_data_is_never_read(tmp_path: Path):
+def test_tensor_data_is_never_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     path = tmp_path / "model.safetensors"
     save_file(TENSORS, str(path))
     (header_length,) = np.frombuffer(path.read_bytes()[:8], dtype="<u8")
-    os.truncate(path, 8 + int(header_length))  # the data is gone; the header is all the planner needs
+    read = []
+    real_open = Path.open
+
+    def counting_open(self: Path, *args, **kwargs):
+        file = real_open(self, *args, **kwargs)
+        real_read = file.read
+
+        def counted(size: int = -1) -> bytes:
+            data = real_read(size)
+            read.append(len(data))
+            return data
+
+        file.read = counted
+        return file
+
+    monkeypatch.setattr(Path, "open", counting_open)
     assert len(read_header(path)) == len(TENSORS)
+    assert sum(read) == 8 + int(header_length)  # the header, and not one byte of tensor data
 
 
 def test_sharded_checkpoint_is_read_through_its_index(tmp_path: Path):

@@ -18,13 +18,13 @@ import math
 import os
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 import numpy.typing as npt
 
+from kvant_contracts.safetensors_header import HeaderEntry, HeaderError, read_header
 from kvant_runtime.convert.errors import ConvertError
 
 # safetensors dtype → the numpy dtype its raw values are held in.
@@ -45,17 +45,10 @@ DTYPES: dict[str, np.dtype[np.generic]] = {
         "BOOL": np.bool_,
     }.items()
 }
-_HEADER_LIMIT = 100 * 1024 * 1024
 _ALIGNMENT = 8
 
 
-@dataclass(frozen=True)
-class TensorInfo:
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    offset: int = 0
-    nbytes: int = 0
+TensorInfo = HeaderEntry  # a tensor's name, dtype, shape and (when read) where its bytes are
 
 
 class ShardReader:
@@ -93,52 +86,9 @@ class ShardReader:
 
 def _read_header(path: Path) -> dict[str, TensorInfo]:
     try:
-        size = path.stat().st_size
-        with path.open("rb") as file:
-            prefix = file.read(8)
-            if len(prefix) < 8:
-                raise ConvertError(f"{path}: not a safetensors file ({size} bytes, no header)")
-            (header_len,) = struct.unpack("<Q", prefix)
-            if header_len > min(_HEADER_LIMIT, size - 8):
-                raise ConvertError(
-                    f"{path}: corrupt safetensors header (claims {header_len} bytes, file has {size})"
-                )
-            header = json.loads(file.read(header_len))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ConvertError(f"{path}: cannot read safetensors header: {err}") from err
-    if not isinstance(header, dict):
-        raise ConvertError(f"{path}: corrupt safetensors header (not a JSON object)")
-    data_start = 8 + header_len
-    tensors: dict[str, TensorInfo] = {}
-    for name, entry in header.items():
-        if name != "__metadata__":
-            tensors[name] = _tensor_info(path, name, entry, data_start, size)
-    return tensors
-
-
-def _tensor_info(path: Path, name: str, entry: object, data_start: int, size: int) -> TensorInfo:
-    try:
-        assert isinstance(entry, dict)
-        dtype, shape, (begin, end) = (
-            str(entry["dtype"]),
-            tuple(int(d) for d in entry["shape"]),
-            entry["data_offsets"],
-        )
-    except (AssertionError, KeyError, TypeError, ValueError) as err:
-        raise ConvertError(f"{path}: corrupt header entry for tensor {name!r}") from err
-    if data_start + end > size:
-        raise ConvertError(
-            f"{path}: tensor {name!r} ends at byte {data_start + end} but the file has {size} bytes "
-            "(truncated or corrupt shard)"
-        )
-    if dtype in DTYPES:
-        expected = math.prod(shape) * DTYPES[dtype].itemsize
-        if end - begin != expected:
-            raise ConvertError(
-                f"{path}: tensor {name!r} ({dtype} {list(shape)}) should take {expected} bytes, "
-                f"the header says {end - begin}"
-            )
-    return TensorInfo(name, dtype, shape, data_start + begin, end - begin)
+        return read_header(path)
+    except HeaderError as err:
+        raise ConvertError(str(err)) from err
 
 
 class ShardWriter:
