@@ -7,13 +7,13 @@ import torch
 from safetensors.torch import save_file
 
 from kvant_cli.main import main
-from kvant_runtime.convert.staging import MANIFEST_FILE
+from kvant_contracts.artifact_manifest import MANIFEST_NAME
 from tests.tiny_checkpoints import copy_checkpoint, tiny_checkpoint
 from tests.unit.convert_harness import kvant
 
 
 def assert_nothing_published(output):
-    assert not (output / MANIFEST_FILE).exists()
+    assert not (output / MANIFEST_NAME).exists()
     assert not list(output.glob("*.safetensors")) and not (output / "config.json").exists()
 
 

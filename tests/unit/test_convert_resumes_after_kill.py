@@ -7,7 +7,8 @@ import subprocess
 import time
 from typing import Any
 
-from kvant_runtime.convert.staging import MANIFEST_FILE, MARKER_SUFFIX, STAGING_DIR
+from kvant_contracts.artifact_manifest import MANIFEST_NAME
+from kvant_runtime.convert.staging import MARKER_SUFFIX, STAGING_DIR
 from tests.tiny_checkpoints import tiny_checkpoint
 from tests.unit.convert_harness import convert, kvant, kvant_command
 
@@ -37,7 +38,7 @@ def test_killed_run_publishes_nothing_and_rerun_gives_same_digest(tmp_path):
 
     output = tmp_path / "killed"
     kill_after_first_marker(source, output)
-    assert not (output / MANIFEST_FILE).exists(), "the run finished before it was killed; nothing was tested"
+    assert not (output / MANIFEST_NAME).exists(), "the run finished before it was killed; nothing was tested"
     assert not list(output.glob("*.safetensors")) and not (output / "config.json").exists()
     markers = [p.name for p in (output / STAGING_DIR).iterdir() if p.name.endswith(MARKER_SUFFIX)]
     assert 1 <= len(markers) < 6
@@ -46,7 +47,7 @@ def test_killed_run_publishes_nothing_and_rerun_gives_same_digest(tmp_path):
     assert rerun.returncode == 0, rerun.stderr
     start = json.loads(rerun.stdout.splitlines()[0])
     assert start["event"] == "start" and start["shardsDone"] == len(markers) and start["shardsTotal"] == 6
-    manifest = json.loads((output / MANIFEST_FILE).read_text())
+    manifest = json.loads((output / MANIFEST_NAME).read_text())
     assert manifest["digest"] == uninterrupted["digest"]
     assert not (output / STAGING_DIR).exists()
 

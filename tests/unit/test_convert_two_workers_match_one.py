@@ -2,9 +2,9 @@
 
 import pytest
 
+from kvant_contracts.artifact_manifest import MANIFEST_NAME
 from kvant_runtime.convert.converter import CORES_PER_SHARD
 from kvant_runtime.convert.errors import ConvertError
-from kvant_runtime.convert.staging import MANIFEST_FILE
 from tests.tiny_checkpoints import tiny_checkpoint
 from tests.unit.convert_harness import convert, kvant
 
@@ -15,7 +15,7 @@ def test_two_workers_and_finalize_equal_one_worker(tmp_path):
 
     shared = tmp_path / "shared"
     assert convert(source, shared, targets="experts", worker_index=1, workers=2) is None
-    assert not (shared / MANIFEST_FILE).exists()
+    assert not (shared / MANIFEST_NAME).exists()
     with pytest.raises(ConvertError, match=r"2 of 3 shards are not converted yet \(model-00001-of-00003"):
         convert(source, shared, targets="experts", finalize=True)
     assert convert(source, shared, targets="experts", worker_index=0, workers=2) is None

@@ -9,7 +9,13 @@ import pytest
 import yaml
 
 from kvant_cli.main import main
-from kvant_runtime.manifest import MANIFEST_NAME, ManifestError, artifact_digest, file_sha256, verify_artifact
+from kvant_contracts.artifact_manifest import (
+    MANIFEST_NAME,
+    ManifestError,
+    artifact_digest,
+    file_sha256,
+    verify_artifact,
+)
 from tests.unit.launch_fixtures import checkpoint
 
 

@@ -24,13 +24,19 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from kvant_contracts.artifact_manifest import (
+    MANIFEST_NAME,
+    ManifestError,
+    artifact_digest,
+    file_sha256,
+    verify_artifact,
+)
 from kvant_kernels.kv_cache_scheme import KV_CACHE_SCHEME
 from kvant_runtime.calibrate.checkpoint import INDEX_FILE, read_json
 from kvant_runtime.calibrate.errors import ModelInputError
 from kvant_runtime.convert.errors import ConvertError
 from kvant_runtime.convert.safetensors_io import ShardReader
 from kvant_runtime.convert.staging import STAGING_DIR, Staging, write_json_atomic
-from kvant_runtime.manifest import MANIFEST_NAME, ManifestError, artifact_digest, file_sha256, verify_artifact
 
 SCALES_FILE = "kvant-kv-scales.safetensors"
 PREVIOUS_MANIFEST = "calibration-previous-manifest.json"

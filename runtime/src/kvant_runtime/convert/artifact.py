@@ -12,13 +12,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from kvant_contracts.artifact_manifest import MANIFEST_VERSION, artifact_digest
 from kvant_contracts.weight_formats import weight_format
 from kvant_kernels.kv_cache_scheme import KV_CACHE_SCHEME
 from kvant_runtime.convert.recipe import Recipe
 from kvant_runtime.convert.source import INDEX_FILE, SINGLE_FILE, SourceCheckpoint
-from kvant_runtime.manifest import artifact_digest
 
-MANIFEST_VERSION = 1
 KV_SCALE_SUFFIXES = ("k_scale", "v_scale")
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf")
 _REWRITTEN = {"config.json", INDEX_FILE}
@@ -87,7 +86,7 @@ def copy_into(source: SourceCheckpoint, names: list[str], staging_dir: Path) -> 
 
 
 def files_digest(files: dict[str, dict[str, Any]]) -> str:
-    """The artifact digest of a manifest's `files` (the rule lives in kvant_runtime.manifest)."""
+    """The artifact digest of a manifest's `files` (the rule lives in kvant_contracts.artifact_manifest)."""
     return artifact_digest({name: str(entry["sha256"]) for name, entry in files.items()})
 
 

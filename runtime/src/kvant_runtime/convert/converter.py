@@ -14,6 +14,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from kvant_contracts.artifact_manifest import file_sha256
 from kvant_contracts.job_lines import ArtifactResult
 from kvant_runtime.convert import artifact
 from kvant_runtime.convert.errors import ConvertError
@@ -23,7 +24,6 @@ from kvant_runtime.convert.safetensors_io import ShardReader
 from kvant_runtime.convert.shard import convert_shard, plan_shard, unquantized_linear_modules
 from kvant_runtime.convert.source import INDEX_FILE, SourceCheckpoint, open_source
 from kvant_runtime.convert.staging import Staging
-from kvant_runtime.manifest import file_sha256
 
 # A shard's writer hashes and writes its file on one thread (sha256 runs at ~1 GB/s), which starves a
 # many-core pool when shards go one at a time; so one shard runs per this many threads, sharing them.

@@ -18,10 +18,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from kvant_contracts.artifact_manifest import MANIFEST_NAME
 from kvant_runtime.convert.errors import ConvertError
 
 STAGING_DIR = ".kvant-partial"
-MANIFEST_FILE = "kvant-manifest.json"
 RECIPE_FILE = "recipe.json"
 MARKER_SUFFIX = ".done.json"
 
@@ -42,7 +42,7 @@ class Staging:
 
     @property
     def manifest_path(self) -> Path:
-        return self.output / MANIFEST_FILE
+        return self.output / MANIFEST_NAME
 
     def published_manifest(self) -> dict[str, Any] | None:
         if not self.manifest_path.is_file():

@@ -41,10 +41,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    from kvant_contracts.artifact_manifest import ManifestError  # noqa: PLC0415
     from kvant_contracts.launch_spec import SpecError, load_spec, parse_spec_json  # noqa: PLC0415
     from kvant_runtime.launch.argv import checkpoint_quant_method, kvant_argv  # noqa: PLC0415
     from kvant_runtime.launch.validate import SGLangRejected, validate_argv  # noqa: PLC0415
-    from kvant_runtime.manifest import ManifestError  # noqa: PLC0415
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
 def check_artifact(artifact: Path, expected_digest: str | None, content: bool) -> None:
     """Verify the manifest; an artifact without one is served only when the spec expects no digest."""
-    from kvant_runtime.manifest import MANIFEST_NAME, verify_artifact  # noqa: PLC0415
+    from kvant_contracts.artifact_manifest import MANIFEST_NAME, verify_artifact  # noqa: PLC0415
 
     if expected_digest is None and not (artifact / MANIFEST_NAME).exists():
         log.info(

@@ -1,7 +1,8 @@
 """`kvant-manifest.json`: what an artifact folder holds, and the digest that names it.
 
-The converter (`kvant_runtime.convert.artifact`) writes it; the launcher checks
-it before SGLang spends minutes loading weights. The keys read here:
+Defined once for every side: the converter (`kvant_runtime.convert.artifact`) writes it, calibration
+rewrites it under a new digest, and the launcher and the evaluator check it before SGLang or torch
+spend minutes loading weights. The keys read here:
 
     {
       "kvantManifestVersion": 1,
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MANIFEST_NAME = "kvant-manifest.json"
+MANIFEST_VERSION = 1  # kvantManifestVersion: what writers write
 
 
 class ManifestError(ValueError):
