@@ -19,7 +19,7 @@ COPY runtime/ runtime/
 # numba (the converter's INT4 kernel) is the one addition; its kernels are compiled here, into the
 # package's on-disk cache, so no converter pod pays the compile.
 RUN pip install --no-cache-dir --no-deps -c constraints.txt numba llvmlite ./cli ./contracts ./kernels ./runtime \
-    && python -c "import kvant_runtime.commands, kvant_kernels, compressed_tensors, safetensors, aiohttp, yaml, prometheus_client" \
+    && python -c "import kvant_runtime.runtime_commands, kvant_kernels, compressed_tensors, safetensors, aiohttp, yaml, prometheus_client" \
     && python -c "import numpy as np; from kvant_kernels.int4 import quantize_pack; \
 quantize_pack(np.zeros((1, 32), np.uint16), 'BF16', 32); quantize_pack(np.zeros((1, 32), np.float32), 'F32', 32, 'BF16')" \
     && kvant --help > /dev/null

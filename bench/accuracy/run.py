@@ -178,7 +178,7 @@ torch.set_num_threads(2)
 from transformers import AutoModelForCausalLM
 from kvant_runtime.calibrate.calibrator import CALIBRATION_DATA, measure_kv_absmax
 from kvant_runtime.calibrate.data import token_windows
-from kvant_runtime.calibrate.checkpoint import read_json
+from kvant_runtime.calibrate.layer_reader import read_json
 from kvant_runtime.calibrate.kv_layout import kv_layout
 artifact, mode = Path(sys.argv[1]), sys.argv[2]
 config = read_json(artifact / "config.json")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from kvant_runtime.sim.cost import CostModel
 from kvant_runtime.sim.engine import Engine, EngineConfig, Request
-from kvant_runtime.sim.plan import PlanCapacity, read_plan_capacity
+from kvant_runtime.sim.plan_file import PlanCapacity, read_plan_capacity
 
 HERE = Path(__file__).parent
 CONCURRENCY = (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128)

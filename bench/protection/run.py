@@ -25,8 +25,8 @@ import yaml
 from kvant_dev.loadgen import LoadResult, LoadShape, engine_retractions, generate_load
 from kvant_dev.netutil import free_port, http_ok, wait_until
 from kvant_operator.api.spec import KvCacheDtype, WeightFormat
-from kvant_operator.planner.checkpoint import load_checkpoint
-from kvant_operator.planner.plan import PlanRequest, make_plan
+from kvant_operator.planner.capacity_plan import PlanRequest, make_plan
+from kvant_operator.planner.checkpoint_view import load_checkpoint
 from kvant_operator.planner.sizing import gpu_memory_for_tokens
 from kvant_runtime.tinymodel import make_tiny_checkpoint
 

@@ -22,7 +22,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvant_contracts.limits import Limits
-from kvant_runtime.gate.server import METRICS_PATH, Gate, GateConfig, running_gate
+from kvant_runtime.gate.gate_server import METRICS_PATH, Gate, GateConfig, running_gate
 
 WAIT_SECONDS = 20.0  # generous: a slow CI box must never fail a correct gate
 

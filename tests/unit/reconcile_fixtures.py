@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from kvant_operator.api.status import Condition
-from kvant_operator.planner.checkpoint import load_checkpoint
-from kvant_operator.planner.plan import PlanRequest, make_plan
+from kvant_operator.planner.capacity_plan import PlanRequest, make_plan
+from kvant_operator.planner.checkpoint_view import load_checkpoint
 from kvant_operator.reconcile.state import ConditionLog, Pass
 from kvant_operator.settings import OperatorSettings
 from tests.unit.render_inputs import body, plan, spec_of

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvant_operator.artifact import artifact_key
+from kvant_operator.artifact_recipe import artifact_key
 from kvant_operator.settings import OperatorSettings
 from tests.unit.render_inputs import body, spec_of
 

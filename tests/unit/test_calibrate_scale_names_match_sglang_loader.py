@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from kvant_kernels.kv_cache_scheme import KV_CACHE_SCHEME
-from kvant_runtime.calibrate.errors import ModelInputError
+from kvant_runtime.calibrate.input_errors import ModelInputError
 from kvant_runtime.calibrate.kv_layout import GQA_ARCHITECTURES, MLA_ARCHITECTURES, kv_layout
 
 SGLANG = Path(importlib.util.find_spec("sglang").origin).parent / "srt"  # type: ignore[arg-type, union-attr]

@@ -17,9 +17,9 @@ import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
 from kvant_runtime.calibrate.calibrator import CALIBRATION_DATA, measure_kv_absmax
-from kvant_runtime.calibrate.checkpoint import read_json
 from kvant_runtime.calibrate.data import token_windows
 from kvant_runtime.calibrate.kv_layout import kv_layout
+from kvant_runtime.calibrate.layer_reader import read_json
 from tests.unit.calibrate_harness import CALIBRATION, int4_artifact
 
 

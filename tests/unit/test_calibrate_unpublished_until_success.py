@@ -9,9 +9,9 @@ import shutil
 import pytest
 
 from kvant_contracts.artifact_manifest import MANIFEST_NAME, verify_artifact
-from kvant_runtime.calibrate import checkpoint as checkpoint_module
+from kvant_runtime.calibrate import layer_reader as checkpoint_module
 from kvant_runtime.calibrate.calibrator import calibrate
-from kvant_runtime.calibrate.errors import ModelInputError
+from kvant_runtime.calibrate.input_errors import ModelInputError
 from tests.unit.calibrate_harness import CALIBRATION, int4_artifact
 from tests.unit.convert_harness import kvant
 

@@ -12,8 +12,8 @@ from kvant_contracts.artifact_manifest import read_manifest, verify_artifact
 from kvant_kernels.fp8 import FP8_E4M3_MAX
 from kvant_kernels.kv_cache_scheme import KV_CACHE_SCHEME
 from kvant_kernels.kv_scales import SAFETY_MARGIN
-from kvant_runtime.calibrate.artifact import SCALES_FILE
 from kvant_runtime.calibrate.calibrator import calibrate
+from kvant_runtime.calibrate.scales_publish import SCALES_FILE
 from kvant_runtime.convert.staging import STAGING_DIR
 from tests.unit.calibrate_harness import CALIBRATION, calibrated, read_tensor, weight_map
 

@@ -19,7 +19,7 @@ from kvant_contracts import int4_artifact, job_lines, launch_spec, safetensors_h
 from kvant_operator.planner import inventory
 from kvant_operator.planner import weights as planner_weights
 from kvant_operator.reconcile import artifact_step, evaluation_step
-from kvant_operator.render.limits import limits_configmap, limits_for
+from kvant_operator.render.limits_configmap import limits_configmap, limits_for
 from kvant_operator.render.roles import roles
 from kvant_operator.render.serving import ServingInputs, deployment
 from kvant_operator.settings import OperatorSettings

@@ -3,8 +3,8 @@
 import pytest
 
 from kvant_contracts.artifact_manifest import MANIFEST_NAME
+from kvant_runtime.convert.convert_errors import ConvertError
 from kvant_runtime.convert.converter import CORES_PER_SHARD
-from kvant_runtime.convert.errors import ConvertError
 from tests.tiny_checkpoints import tiny_checkpoint
 from tests.unit.convert_harness import convert, kvant
 

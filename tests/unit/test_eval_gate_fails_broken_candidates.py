@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kvant_runtime.calibrate.errors import ModelInputError
+from kvant_runtime.calibrate.input_errors import ModelInputError
 from tests.tiny_checkpoints import copy_checkpoint, tiny_checkpoint
 from tests.unit.calibrate_harness import calibrated, evaluated, int4_artifact, overwrite_tensor, read_tensor
 from tests.unit.convert_harness import kvant

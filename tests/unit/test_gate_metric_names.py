@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvant_runtime.gate.server import METRICS_PATH
+from kvant_runtime.gate.gate_server import METRICS_PATH
 from tests.unit.gate_harness import KubeletLimitsDir, held_engine_behind_gate, run
 
 DOCUMENTED = {

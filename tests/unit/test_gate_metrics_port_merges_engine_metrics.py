@@ -11,7 +11,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvant_contracts.serving_pod import ENGINE_HEALTH_PATH
-from kvant_runtime.gate.server import GateConfig, running_gate
+from kvant_runtime.gate.gate_server import GateConfig, running_gate
 from tests.unit.gate_harness import KubeletLimitsDir, closed_port_url, held_engine, run
 
 

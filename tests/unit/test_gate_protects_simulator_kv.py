@@ -14,7 +14,7 @@ import aiohttp
 from kvant_runtime.gate.engine_metrics import parse_engine_metrics
 from kvant_runtime.sim.cost import CostModel
 from kvant_runtime.sim.engine import Engine, EngineConfig
-from kvant_runtime.sim.server import ServerInfo, SimServer
+from kvant_runtime.sim.sim_server import ServerInfo, SimServer
 from kvant_runtime.tokens import ESTIMATE_HEADROOM
 from tests.unit.gate_harness import KubeletLimitsDir, gate_in_front_of, gate_metric, run, serving, until
 

@@ -17,7 +17,7 @@ import pytest
 from kvant_contracts import int4_artifact
 from kvant_operator.api.spec import QuantTargets, WeightFormat
 from kvant_operator.planner import weights
-from kvant_operator.planner.checkpoint import load_checkpoint
+from kvant_operator.planner.checkpoint_view import load_checkpoint
 from kvant_operator.planner.weights import Conversion, size_weights
 from kvant_runtime.convert import recipe, shard
 from kvant_runtime.convert.recipe import Recipe

@@ -11,7 +11,7 @@ import torch
 import transformers
 
 from kvant_operator.planner.architecture import Attention, ConfigError, parse_shape
-from kvant_operator.planner.checkpoint import load_checkpoint
+from kvant_operator.planner.checkpoint_view import load_checkpoint
 from kvant_operator.planner.synthesize import synthesize
 from tests.unit.planner_configs import deepseek_v3, llama_3_1_70b
 

@@ -10,7 +10,7 @@ import pytest
 
 from kvant_contracts.job_lines import ConvertProgress
 from kvant_operator.api.status import Phase
-from kvant_operator.artifact import artifact_key
+from kvant_operator.artifact_recipe import artifact_key
 from kvant_operator.reconcile.artifact_step import ensure_artifact
 from kvant_operator.reconcile.state import Blocked, Pass
 from kvant_operator.render.artifact_record import record_name

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kvant_operator.api.status import Phase
-from kvant_operator.artifact import artifact_key
+from kvant_operator.artifact_recipe import artifact_key
 from kvant_operator.reconcile.evaluation_step import gate_on_evaluation
 from kvant_operator.reconcile.state import Blocked
 from kvant_operator.render.jobs import eval_job_name

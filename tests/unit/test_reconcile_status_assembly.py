@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvant_operator.artifact import artifact_key
+from kvant_operator.artifact_recipe import artifact_key
 from kvant_operator.reconcile import Reconciler
 from kvant_operator.reconcile.state import Outcome
 from kvant_operator.render.jobs import artifact_job_name, plan_job_name

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvant_operator.artifact import artifact_key, artifact_location
+from kvant_operator.artifact_recipe import artifact_key, artifact_location
 from kvant_operator.render import jobs
-from kvant_operator.render.limits import limits_configmap
+from kvant_operator.render.limits_configmap import limits_configmap
 from kvant_operator.render.roles import roles
 from kvant_operator.render.serving import ServingInputs, deployment, disruption_budget, service
 from kvant_operator.settings import OperatorSettings

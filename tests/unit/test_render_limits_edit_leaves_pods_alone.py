@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from kvant_operator.render.limits import limits_configmap, limits_for
+from kvant_operator.render.limits_configmap import limits_configmap, limits_for
 from kvant_operator.render.roles import roles
 from kvant_operator.render.serving import ServingInputs, deployment
 from kvant_operator.settings import OperatorSettings

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kvant_runtime.sim.cost import CostModel
 from kvant_runtime.sim.engine import Engine, EngineConfig
-from kvant_runtime.sim.server import ServerInfo, SimServer
+from kvant_runtime.sim.sim_server import ServerInfo, SimServer
 from kvant_runtime.tokens import estimate_prompt_tokens
 from tests.unit.gate_harness import run, serving
 

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvant_runtime.sim.engine import Engine, EngineConfig
-from kvant_runtime.sim.metrics import EngineMetrics
+from kvant_runtime.sim.sim_metrics import EngineMetrics
 
 COLLECTOR = "srt/observability/metrics_collector.py"
 REQUIRED = {

@@ -8,7 +8,7 @@ from kvant_contracts.launch_spec import LaunchSpec, SpecError
 from kvant_contracts.weight_formats import FORMATS, UnknownWeightFormat, converted_formats, weight_format
 from kvant_operator.api.spec import WeightFormat
 from kvant_runtime.convert import recipe
-from kvant_runtime.convert.errors import ConvertError
+from kvant_runtime.convert.convert_errors import ConvertError
 from kvant_runtime.launch.argv import quantization_flag
 
 

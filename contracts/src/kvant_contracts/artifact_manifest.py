@@ -1,6 +1,6 @@
 """`kvant-manifest.json`: what an artifact folder holds, and the digest that names it.
 
-Defined once for every side: the converter (`kvant_runtime.convert.artifact`) writes it, calibration
+Defined once for every side: the converter (`kvant_runtime.convert.artifact_files`) writes it, calibration
 rewrites it under a new digest, and the launcher and the evaluator check it before SGLang or torch
 spend minutes loading weights. The keys read here:
 

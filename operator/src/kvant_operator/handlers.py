@@ -15,7 +15,7 @@ import kopf
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
-from kvant_operator import metrics
+from kvant_operator import operator_metrics
 from kvant_operator.api.resource import GROUP, PLURAL, VERSION
 from kvant_operator.kube import Kube
 from kvant_operator.protection.loop import ProtectionResult, Protector
@@ -51,7 +51,7 @@ async def wake(memo: kopf.Memo, **_: Any) -> None:
     wakeup = memo.get("wakeup")
     if isinstance(wakeup, asyncio.Event) and not wakeup.is_set():
         wakeup.set()
-        metrics.PENDING.inc()
+        operator_metrics.PENDING.inc()
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)
@@ -81,7 +81,7 @@ async def model_daemon(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
         except Exception as err:  # API trouble or a bug: back off, keep serving the other models
             failures += 1
             interval = min(60.0, settings.busy_interval * 2**failures)
-            metrics.RECONCILES.labels("error").inc()
+            operator_metrics.RECONCILES.labels("error").inc()
             transient = isinstance(err, (ApiException, OSError))
             log.log(
                 logging.WARNING if transient else logging.ERROR,
@@ -93,7 +93,7 @@ async def model_daemon(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
             )
         try:
             await asyncio.wait_for(wakeup.wait(), timeout=interval)
-            metrics.PENDING.dec()
+            operator_metrics.PENDING.dec()
             woken = True
         except TimeoutError:
             woken = False
@@ -112,8 +112,8 @@ def _reconcile_once(
         reconciler.kube.patch_status(meta["namespace"], meta["name"], outcome.status)
     for kind, reason, message in outcome.events:
         reconciler.kube.event(body, kind, reason, message)
-    metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
-    metrics.RECONCILES.labels("busy" if outcome.busy else "settled").inc()
+    operator_metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+    operator_metrics.RECONCILES.labels("busy" if outcome.busy else "settled").inc()
     _phases[(meta["namespace"], meta["name"])] = outcome.status["phase"]
     _publish_phase_counts()
     return outcome
@@ -151,6 +151,6 @@ def _publish_phase_counts() -> None:
     counts: dict[str, int] = {}
     for phase in _phases.values():
         counts[phase] = counts.get(phase, 0) + 1
-    metrics.MODELS.clear()
+    operator_metrics.MODELS.clear()
     for phase, count in counts.items():
-        metrics.MODELS.labels(phase).set(count)
+        operator_metrics.MODELS.labels(phase).set(count)

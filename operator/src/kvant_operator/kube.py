@@ -12,7 +12,7 @@ from typing import Any
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
-from kvant_operator import metrics
+from kvant_operator import operator_metrics
 from kvant_operator.api.resource import GROUP, PLURAL, VERSION
 from kvant_operator.render.meta import APPLIED_HASH
 
@@ -26,7 +26,7 @@ def _counted(api: client.ApiClient) -> client.ApiClient:
     send = api.call_api
 
     def call_api(resource_path: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        metrics.API_REQUESTS.labels(method).inc()
+        operator_metrics.API_REQUESTS.labels(method).inc()
         return send(resource_path, method, *args, **kwargs)
 
     api.call_api = call_api

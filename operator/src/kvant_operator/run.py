@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     import kopf  # noqa: PLC0415 - only the operator command needs kopf loaded
 
-    from kvant_operator import handlers, metrics  # noqa: F401, PLC0415 - registers the handlers
+    from kvant_operator import handlers, operator_metrics  # noqa: F401, PLC0415 - registers the handlers
 
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.JSON, log_refkey="object")
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     if args.peering:
         wait_for_peering(args.peering, args.namespace)
-    metrics.serve(args.metrics_host, args.metrics_port)
+    operator_metrics.serve(args.metrics_host, args.metrics_port)
     asyncio.run(
         kopf.operator(
             clusterwide=not args.namespace,

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvant_operator.planner.checkpoint import Checkpoint
-from kvant_operator.planner.plan import PlanRequest, make_plan
+from kvant_operator.planner.capacity_plan import PlanRequest, make_plan
+from kvant_operator.planner.checkpoint_view import Checkpoint
 
 _PRECISION_GIB = 1e-6
 

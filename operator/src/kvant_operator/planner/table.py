@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kvant_operator.planner.capacity import GIB
-from kvant_operator.planner.plan import CapacityPlan
+from kvant_operator.planner.capacity_plan import CapacityPlan
 
 
 def _gib(n: int) -> str:

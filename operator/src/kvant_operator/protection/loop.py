@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from kvant_operator import metrics
+from kvant_operator import operator_metrics
 from kvant_operator.api.spec import ProtectionMode, QuantizedModelSpec
 from kvant_operator.api.status import ConditionStatus
 from kvant_operator.kube_door import KubeDoor
@@ -107,7 +107,7 @@ class Protector:
                     text,
                 )
             )
-            metrics.PROTECTION_DECISIONS.labels("down" if lowered else "up").inc()
+            operator_metrics.PROTECTION_DECISIONS.labels("down" if lowered else "up").inc()
         protected = worst <= p.target_token_usage and not any(
             (s.retractions_per_minute or 0) > p.max_retractions_per_minute for s in samples
         )

@@ -15,7 +15,7 @@ from kvant_contracts.weight_formats import converted_formats, weight_format
 from kvant_operator.api.lifecycle import ConditionType
 from kvant_operator.api.spec import QuantizedModelSpec
 from kvant_operator.api.status import ArtifactStatus, Phase
-from kvant_operator.artifact import (
+from kvant_operator.artifact_recipe import (
     artifact_key,
     artifact_uri,
     needs_artifact,

@@ -7,10 +7,10 @@ import json
 
 from kvant_operator.api.lifecycle import ConditionType
 from kvant_operator.api.status import Phase, PlanStatus
-from kvant_operator.artifact import digest
+from kvant_operator.artifact_recipe import digest
 from kvant_operator.jobstate import JobPhase, ensure_job, failure_detail, job_state, last_pod_log
 from kvant_operator.kube_door import KubeDoor
-from kvant_operator.planner.plan import CapacityPlan
+from kvant_operator.planner.capacity_plan import CapacityPlan
 from kvant_operator.reconcile.state import Blocked, Obj, Pass
 from kvant_operator.render import jobs
 from kvant_operator.settings import OperatorSettings

@@ -21,7 +21,7 @@ from kvant_operator.reconcile.evaluation_step import gate_on_evaluation
 from kvant_operator.reconcile.plan_step import ensure_plan
 from kvant_operator.reconcile.serving_step import ready_while_blocked, serve
 from kvant_operator.reconcile.state import Blocked, ConditionLog, Obj, Outcome, Pass
-from kvant_operator.reconcile.status import invalid_spec, outcome
+from kvant_operator.reconcile.status_patch import invalid_spec, outcome
 from kvant_operator.settings import OperatorSettings
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kvant_operator.api.lifecycle import ConditionType
 from kvant_operator.api.status import Phase
-from kvant_operator.artifact import artifact_key, artifact_location, needs_artifact, source_location
+from kvant_operator.artifact_recipe import artifact_key, artifact_location, needs_artifact, source_location
 from kvant_operator.kube_door import KubeDoor
 from kvant_operator.reconcile.state import Obj, Pass
 from kvant_operator.render.meta import with_applied_hash

@@ -9,14 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from kvant_operator.api.spec import QuantizedModelSpec
-from kvant_operator.artifact import (
+from kvant_operator.artifact_recipe import (
     artifact_location,
     digest,
     needs_calibration,
     needs_conversion,
     source_location,
 )
-from kvant_operator.planner.plan import DEFAULT_CONTEXTS
+from kvant_operator.planner.capacity_plan import DEFAULT_CONTEXTS
 from kvant_operator.render.meta import Obj, object_meta, owner_reference
 from kvant_operator.settings import OperatorSettings
 

@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 from kvant_operator.api.resource import API_VERSION, KIND
-from kvant_operator.artifact import digest
+from kvant_operator.artifact_recipe import digest
 
 Obj = dict[str, Any]
 MANAGED_BY = "kvant"

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from kvant_operator.api.resource import QuantizedModel
 from kvant_operator.api.status import ArtifactStatus
-from kvant_operator.artifact import (
+from kvant_operator.artifact_recipe import (
     artifact_key,
     artifact_location,
     artifact_uri,
@@ -18,9 +18,9 @@ from kvant_operator.artifact import (
     source_location,
 )
 from kvant_operator.planner.architecture import ConfigError
-from kvant_operator.planner.checkpoint import load_checkpoint
+from kvant_operator.planner.capacity_plan import PlanRequest, make_plan
+from kvant_operator.planner.checkpoint_view import load_checkpoint
 from kvant_operator.planner.inventory import InventoryError
-from kvant_operator.planner.plan import PlanRequest, make_plan
 from kvant_operator.render import jobs
 from kvant_operator.render.serving import ServingInputs, serving_objects
 from kvant_operator.settings import OperatorSettings

@@ -13,8 +13,8 @@ from kvant_contracts.launch_spec import LaunchSpec
 from kvant_contracts.serving_pod import ENGINE_HEALTH_PATH
 from kvant_operator.api.spec import Engine, QuantizedModelSpec
 from kvant_operator.api.status import PlanStatus
-from kvant_operator.artifact import digest
-from kvant_operator.render.limits import LIMITS_FILE, limits_configmap, limits_name
+from kvant_operator.artifact_recipe import digest
+from kvant_operator.render.limits_configmap import LIMITS_FILE, limits_configmap, limits_name
 from kvant_operator.render.meta import Obj, object_meta
 from kvant_operator.render.roles import Role, roles, workload_name
 from kvant_operator.settings import OperatorSettings

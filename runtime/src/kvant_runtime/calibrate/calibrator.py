@@ -15,12 +15,12 @@ import torch
 from kvant_contracts.job_lines import ArtifactResult
 from kvant_kernels.kv_cache_scheme import KV_CACHE_SCHEME
 from kvant_kernels.kv_scales import SAFETY_MARGIN, LayerAbsmax, kv_cache_scale
-from kvant_runtime.calibrate import artifact
-from kvant_runtime.calibrate.checkpoint import read_json
+from kvant_runtime.calibrate import scales_publish as artifact
 from kvant_runtime.calibrate.data import TokenWindows, token_windows
-from kvant_runtime.calibrate.errors import ModelInputError
+from kvant_runtime.calibrate.input_errors import ModelInputError
 from kvant_runtime.calibrate.kv_layout import KVLayout, kv_layout
 from kvant_runtime.calibrate.kv_tap import KVTap
+from kvant_runtime.calibrate.layer_reader import read_json
 from kvant_runtime.calibrate.stream import LayerStream
 
 CALIBRATION_DATA = "kvant_runtime.calibrate"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from kvant_runtime.calibrate.errors import ModelInputError
+from kvant_runtime.calibrate.input_errors import ModelInputError
 
 BYTE_VOCABULARY = 256
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")

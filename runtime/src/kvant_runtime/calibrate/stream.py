@@ -20,9 +20,9 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 from transformers.masking_utils import create_causal_mask
 
-from kvant_runtime.calibrate.checkpoint import Checkpoint
-from kvant_runtime.calibrate.errors import ModelInputError
+from kvant_runtime.calibrate.input_errors import ModelInputError
 from kvant_runtime.calibrate.kv_tap import KVTap
+from kvant_runtime.calibrate.layer_reader import Checkpoint
 
 
 def compute_dtype(device: torch.device) -> torch.dtype:

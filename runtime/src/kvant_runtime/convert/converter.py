@@ -16,8 +16,8 @@ from typing import Any
 
 from kvant_contracts.artifact_manifest import file_sha256
 from kvant_contracts.job_lines import ArtifactResult
-from kvant_runtime.convert import artifact
-from kvant_runtime.convert.errors import ConvertError
+from kvant_runtime.convert import artifact_files as artifact
+from kvant_runtime.convert.convert_errors import ConvertError
 from kvant_runtime.convert.progress import Progress
 from kvant_runtime.convert.recipe import Recipe
 from kvant_runtime.convert.safetensors_io import ShardReader

@@ -13,7 +13,7 @@ from typing import Any
 from kvant_contracts.int4_artifact import TARGETS, TargetRule
 from kvant_contracts.weight_formats import converted_formats
 from kvant_kernels.int4 import GROUP_SIZES
-from kvant_runtime.convert.errors import ConvertError
+from kvant_runtime.convert.convert_errors import ConvertError
 
 FORMATS = converted_formats()
 

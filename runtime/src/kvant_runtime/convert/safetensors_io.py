@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvant_contracts.safetensors_header import HeaderEntry, HeaderError, read_header
-from kvant_runtime.convert.errors import ConvertError
+from kvant_runtime.convert.convert_errors import ConvertError
 
 # safetensors dtype → the numpy dtype its raw values are held in.
 DTYPES: dict[str, np.dtype[np.generic]] = {

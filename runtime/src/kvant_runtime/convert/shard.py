@@ -31,7 +31,7 @@ from kvant_contracts.int4_artifact import (
 from kvant_kernels.bits import bf16_bits, bf16_values
 from kvant_kernels.fp8_block import dequantize_fp8_block
 from kvant_kernels.int4 import check_groupable, quantize_pack
-from kvant_runtime.convert.errors import ConvertError
+from kvant_runtime.convert.convert_errors import ConvertError
 from kvant_runtime.convert.recipe import Recipe
 from kvant_runtime.convert.safetensors_io import ShardReader, ShardWriter, TensorInfo, planned
 from kvant_runtime.convert.source import DENSE_DTYPES, SourceCheckpoint

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvant_runtime.convert.errors import ConvertError
+from kvant_runtime.convert.convert_errors import ConvertError
 from kvant_runtime.convert.safetensors_io import ShardReader
 from kvant_runtime.jsonfile import read_json_object
 

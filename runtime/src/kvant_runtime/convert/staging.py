@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kvant_contracts.artifact_manifest import MANIFEST_NAME
-from kvant_runtime.convert.errors import ConvertError
+from kvant_runtime.convert.convert_errors import ConvertError
 
 STAGING_DIR = ".kvant-partial"
 RECIPE_FILE = "recipe.json"

@@ -23,13 +23,13 @@ import torch
 from kvant_contracts.artifact_manifest import MANIFEST_NAME, ManifestError, verify_artifact
 from kvant_contracts.job_lines import EvalVerdict
 from kvant_runtime.calibrate.calibrator import resolve_device
-from kvant_runtime.calibrate.checkpoint import Checkpoint, read_json
 from kvant_runtime.calibrate.data import token_windows
-from kvant_runtime.calibrate.errors import ModelInputError
+from kvant_runtime.calibrate.input_errors import ModelInputError
 from kvant_runtime.calibrate.kv_layout import kv_layout
 from kvant_runtime.calibrate.kv_tap import KVTap
+from kvant_runtime.calibrate.layer_reader import Checkpoint, read_json
 from kvant_runtime.calibrate.stream import LayerStream
-from kvant_runtime.evaluate.metrics import Agreement
+from kvant_runtime.evaluate.agreement import Agreement
 
 EVALUATION_DATA = "kvant_runtime.evaluate"
 KV_DTYPES = ("auto", "bf16", "fp8_e4m3")

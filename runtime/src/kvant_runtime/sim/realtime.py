@@ -12,7 +12,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from kvant_runtime.sim.engine import Engine, Request
-from kvant_runtime.sim.metrics import EngineMetrics
+from kvant_runtime.sim.sim_metrics import EngineMetrics
 
 
 @dataclass(eq=False)

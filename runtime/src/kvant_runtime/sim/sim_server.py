@@ -22,8 +22,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from kvant_runtime.sim.engine import Engine, RequestRejected
-from kvant_runtime.sim.metrics import EngineMetrics
 from kvant_runtime.sim.realtime import RealTimeEngine, Stream
+from kvant_runtime.sim.sim_metrics import EngineMetrics
 from kvant_runtime.sim.text import detokenize
 from kvant_runtime.tokens import estimate_prompt_tokens, requested_new_tokens
 

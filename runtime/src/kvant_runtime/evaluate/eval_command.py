@@ -62,8 +62,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run(args: argparse.Namespace) -> int:
-    from kvant_runtime.calibrate.errors import ModelInputError  # noqa: PLC0415 - registrar stays light
-    from kvant_runtime.convert.errors import ConvertError  # noqa: PLC0415
+    from kvant_runtime.calibrate.input_errors import ModelInputError  # noqa: PLC0415 - registrar stays light
+    from kvant_runtime.convert.convert_errors import ConvertError  # noqa: PLC0415
     from kvant_runtime.evaluate.evaluator import Options, evaluate  # noqa: PLC0415
 
     options = Options(

@@ -6,12 +6,12 @@ from kvant_cli.modules import SubParsers, register_modules
 
 # One module per command family, each exposing `register(subparsers)`.
 _COMMAND_MODULES: tuple[str, ...] = (
-    "kvant_runtime.gate.cli",
-    "kvant_runtime.sim.cli",
-    "kvant_runtime.launch.cli",
-    "kvant_runtime.convert.cli",
-    "kvant_runtime.calibrate.cli",
-    "kvant_runtime.evaluate.cli",
+    "kvant_runtime.gate.gate_command",
+    "kvant_runtime.sim.sim_command",
+    "kvant_runtime.launch.launch_command",
+    "kvant_runtime.convert.convert_command",
+    "kvant_runtime.calibrate.calibrate_command",
+    "kvant_runtime.evaluate.eval_command",
 )
 
 

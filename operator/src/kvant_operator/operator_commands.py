@@ -6,9 +6,9 @@ from kvant_cli.modules import SubParsers, register_modules
 
 # One module per command family, each exposing `register(subparsers)`.
 _COMMAND_MODULES: tuple[str, ...] = (
-    "kvant_operator.api.cli",
-    "kvant_operator.planner.cli",
-    "kvant_operator.render.cli",
+    "kvant_operator.api.crd_command",
+    "kvant_operator.planner.plan_command",
+    "kvant_operator.render.render_command",
     "kvant_operator.run",
 )
 

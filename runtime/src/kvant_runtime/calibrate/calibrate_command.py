@@ -38,8 +38,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _run(args: argparse.Namespace) -> int:
     from kvant_runtime.calibrate.calibrator import Options, calibrate  # noqa: PLC0415 - registrar stays light
-    from kvant_runtime.calibrate.errors import ModelInputError  # noqa: PLC0415
-    from kvant_runtime.convert.errors import ConvertError  # noqa: PLC0415
+    from kvant_runtime.calibrate.input_errors import ModelInputError  # noqa: PLC0415
+    from kvant_runtime.convert.convert_errors import ConvertError  # noqa: PLC0415
 
     options = Options(args.samples, args.sequence_length, args.data, args.device)
     try:
@@ -56,7 +56,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _with_state(message: str, artifact: Path) -> str:
-    from kvant_runtime.calibrate.artifact import left_unpublished  # noqa: PLC0415
+    from kvant_runtime.calibrate.scales_publish import left_unpublished  # noqa: PLC0415
 
     if left_unpublished(artifact):
         return f"{message}; {artifact} stays unpublished until `kvant calibrate` succeeds (rerun it)"

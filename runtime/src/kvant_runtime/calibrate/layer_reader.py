@@ -21,8 +21,8 @@ from typing import Any
 import torch
 
 from kvant_kernels.tensors import PackedInt4, decompress_int4, dequantize_fp8_block, from_raw
-from kvant_runtime.calibrate.errors import ModelInputError
-from kvant_runtime.convert.errors import ConvertError
+from kvant_runtime.calibrate.input_errors import ModelInputError
+from kvant_runtime.convert.convert_errors import ConvertError
 from kvant_runtime.convert.safetensors_io import ShardReader
 from kvant_runtime.jsonfile import read_json_object
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from kvant_runtime.convert.errors import ConvertError
+from kvant_runtime.convert.convert_errors import ConvertError
 from kvant_runtime.convert.progress import Progress
 from kvant_runtime.tinymodel_options import ARCHES, DTYPES
 

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415 - the registrar stays import-light
 
     from kvant_contracts.limits import LimitsError  # noqa: PLC0415
-    from kvant_runtime.gate.server import GateConfig, serve_until_signalled  # noqa: PLC0415
+    from kvant_runtime.gate.gate_server import GateConfig, serve_until_signalled  # noqa: PLC0415
 
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.INFO,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from kvant_operator.api.spec import KvCacheDtype, QuantTargets, WeightFormat
 from kvant_operator.planner.architecture import ConfigError
-from kvant_operator.planner.checkpoint import load_checkpoint
+from kvant_operator.planner.capacity_plan import DEFAULT_CONTEXTS, PlanRequest, compare, make_plan
+from kvant_operator.planner.checkpoint_view import load_checkpoint
 from kvant_operator.planner.inventory import InventoryError
-from kvant_operator.planner.plan import DEFAULT_CONTEXTS, PlanRequest, compare, make_plan
 from kvant_operator.planner.table import render_table
 
 

@@ -63,8 +63,8 @@ def run(args: argparse.Namespace) -> int:
 
     from kvant_runtime.sim.cost import CostModel  # noqa: PLC0415
     from kvant_runtime.sim.engine import Engine, EngineConfig  # noqa: PLC0415
-    from kvant_runtime.sim.plan import PlanError, read_plan_capacity  # noqa: PLC0415
-    from kvant_runtime.sim.server import ServerInfo, SimServer  # noqa: PLC0415
+    from kvant_runtime.sim.plan_file import PlanError, read_plan_capacity  # noqa: PLC0415
+    from kvant_runtime.sim.sim_server import ServerInfo, SimServer  # noqa: PLC0415
 
     kv_tokens, kv_bytes, dtype, page_size = args.kv_tokens, args.kv_bytes_per_token, "auto", 1
     if args.plan is not None:

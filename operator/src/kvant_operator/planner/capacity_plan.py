@@ -22,7 +22,7 @@ from kvant_operator.planner.capacity import (
     max_concurrency,
     sglang_default_mem_fraction_static,
 )
-from kvant_operator.planner.checkpoint import Checkpoint
+from kvant_operator.planner.checkpoint_view import Checkpoint
 from kvant_operator.planner.weights import Conversion, WeightSizes, size_weights
 
 DEFAULT_CONTEXTS = (4096, 32768, 131072)

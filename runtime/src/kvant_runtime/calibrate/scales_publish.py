@@ -32,9 +32,9 @@ from kvant_contracts.artifact_manifest import (
     verify_artifact,
 )
 from kvant_kernels.kv_cache_scheme import KV_CACHE_SCHEME
-from kvant_runtime.calibrate.checkpoint import INDEX_FILE, read_json
-from kvant_runtime.calibrate.errors import ModelInputError
-from kvant_runtime.convert.errors import ConvertError
+from kvant_runtime.calibrate.input_errors import ModelInputError
+from kvant_runtime.calibrate.layer_reader import INDEX_FILE, read_json
+from kvant_runtime.convert.convert_errors import ConvertError
 from kvant_runtime.convert.safetensors_io import ShardReader
 from kvant_runtime.convert.staging import STAGING_DIR, Staging, write_json_atomic
 
