@@ -58,24 +58,37 @@ class HeldEngine:
         self.server_info_tokens = 1000  # answered on the older /get_server_info only
         self.metrics_status = 200
         self.url = ""
+        self.seen: list[tuple[str, str]] = []  # (method, path) of every request that reached it
+        self.bodies: list[Any] = []  # the JSON bodies of generation requests, as forwarded
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[self._record])
         app.router.add_post("/generate", self._generate)
+        app.router.add_put("/generate", self._generate)
+        app.router.add_post("/flush_cache", self._health)  # an admin route: it must never get here
         app.router.add_post("/v1/chat/completions", self._chat_stream)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/health", self._health)
-        app.router.add_get("/echo_headers", self._echo_headers)
+        # A read-only route SGLang serves; here it answers with the headers it got, so tests see what
+        # the gate forwards.
+        app.router.add_get("/v1/models", self._echo_headers)
         app.router.add_get("/get_server_info", self._server_info)
         return app
 
+    @web.middleware
+    async def _record(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        self.seen.append((request.method, request.path))
+        response: web.StreamResponse = await handler(request)
+        return response
+
     async def _generate(self, request: web.Request) -> web.Response:
         body = await request.json()
+        self.bodies.append(body)
         await self._hold()
         return web.json_response({"text": "ok", "meta_info": {"echo": body}})
 
     async def _chat_stream(self, request: web.Request) -> web.StreamResponse:
-        await request.read()
+        self.bodies.append(await request.json())
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         await response.write(b'data: {"choices":[{"delta":{"content":"first"}}]}\n\n')

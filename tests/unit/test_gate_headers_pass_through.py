@@ -20,7 +20,7 @@ def test_headers_pass_both_ways_without_additions_or_shared_cookies(tmp_path):
             async with gate_in_front_of(by_name, limits) as (_gate, url):
                 async with aiohttp.ClientSession(skip_auto_headers=BARE) as client:
                     sent = {"Authorization": "Bearer k", "X-Request-Id": "r-1"}
-                    async with client.get(url + "/echo_headers?x=1", headers=sent) as resp:
+                    async with client.get(url + "/v1/models?x=1", headers=sent) as resp:
                         seen = await resp.json()
                         assert resp.headers["X-Engine"] == "held"
                         assert "session=from-engine" in resp.headers["Set-Cookie"]
@@ -31,7 +31,7 @@ def test_headers_pass_both_ways_without_additions_or_shared_cookies(tmp_path):
                 # One client's cookie never rides along on another client's request.
                 async with (
                     aiohttp.ClientSession(skip_auto_headers=BARE) as other_client,
-                    other_client.get(url + "/echo_headers") as resp,
+                    other_client.get(url + "/v1/models") as resp,
                 ):
                     assert "cookie" not in await resp.json()
 

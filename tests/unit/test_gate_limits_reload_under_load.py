@@ -28,7 +28,11 @@ def test_raising_max_concurrency_under_load_admits_the_queue_and_every_request_c
             async with aiohttp.ClientSession(connector=connector) as session:
 
                 async def call(path: str) -> tuple[int, str]:
-                    payload = {"messages": [{"role": "user", "content": "hi"}], "stream": True}
+                    payload = {
+                        "messages": [{"role": "user", "content": "hi"}],
+                        "max_tokens": 16,
+                        "stream": True,
+                    }
                     body = BODY if path == "/generate" else payload
                     async with session.post(url + path, json=body) as resp:
                         return resp.status, await resp.text()

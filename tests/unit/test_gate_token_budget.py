@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from kvant_contracts.limits import parse_limits
-from kvant_runtime.gate.admission import Admission
+from kvant_runtime.gate.admission import Admission, Rejected
 from kvant_runtime.tokens import ESTIMATE_HEADROOM
 from tests.unit.gate_harness import KubeletLimitsDir, gate_in_front_of, held_engine, run, until
 
@@ -61,9 +63,21 @@ def test_requests_wait_when_tokens_would_exceed_budget_and_run_when_tokens_free(
     run(scenario())
 
 
-def test_a_request_larger_than_the_budget_runs_alone_rather_than_never():
+def test_a_request_larger_than_the_budget_is_refused_with_413_saying_why():
     async def scenario() -> None:
         admission = _admission()
+        with pytest.raises(Rejected) as refused:
+            await admission.acquire(5000)
+        assert refused.value.status == 413 and refused.value.reason == "too_large"
+        assert "5000 KV tokens" in str(refused.value) and "budget of 950" in str(refused.value)
+        assert admission.in_flight == 0
+
+    run(scenario())
+
+
+def test_with_run_alone_a_request_larger_than_the_budget_runs_alone_rather_than_never():
+    async def scenario() -> None:
+        admission = _admission(oversizeRequests="runAlone")
         small = await admission.acquire(10)
         huge = asyncio.create_task(admission.acquire(5000))
         await until(lambda: admission.queue_length == 1, "the huge request to queue")

@@ -13,6 +13,7 @@ out and gets the defaults below.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal, cast
@@ -21,6 +22,8 @@ import yaml
 
 Mode = Literal["enforce", "observe", "off"]
 MODES: tuple[Mode, ...] = ("enforce", "observe", "off")
+Oversize = Literal["refuse", "runAlone"]
+OVERSIZE: tuple[Oversize, ...] = ("refuse", "runAlone")
 LIMITS_FILE = "limits.yaml"  # the ConfigMap key, hence the file name in the gate's mount
 # What the operator always writes, so a file missing one of them is incomplete, not "defaults".
 FILE_FIELDS = (
@@ -61,6 +64,10 @@ class Limits:
     concurrency: ConcurrencyBounds = ConcurrencyBounds()
     maxRequestBytes: int = 16 * 1024 * 1024
     retryAfterSeconds: int = 1
+    # The output limit reserved for (and written into) a request that names none.
+    defaultMaxTokens: int = 2048
+    # A request that needs more KV than the whole budget: 413 (refuse), or run it with nothing else.
+    oversizeRequests: Oversize = "refuse"
 
     @property
     def concurrency_ceiling(self) -> int:
@@ -88,11 +95,8 @@ def parse_limits(data: object, source: str = "limits") -> Limits:
         raise inner.error("decreaseFactor", "must be below 1 (1 would never lower the concurrency)")
     if bounds.min > bounds.max:
         raise inner.error("min", f"must not exceed concurrency.max ({bounds.max})")
-    mode = top.get("mode", defaults.mode)
-    if mode not in MODES:
-        raise top.error("mode", f"must be one of {', '.join(MODES)}")
     return Limits(
-        mode=cast(Mode, mode),
+        mode=cast(Mode, top.choice("mode", defaults.mode, MODES)),
         maxConcurrency=top.integer("maxConcurrency", defaults.maxConcurrency, minimum=1),
         maxQueued=top.integer("maxQueued", defaults.maxQueued, minimum=0),
         queueTimeoutSeconds=top.positive("queueTimeoutSeconds", defaults.queueTimeoutSeconds),
@@ -103,6 +107,8 @@ def parse_limits(data: object, source: str = "limits") -> Limits:
         concurrency=bounds,
         maxRequestBytes=top.integer("maxRequestBytes", defaults.maxRequestBytes, minimum=1),
         retryAfterSeconds=top.integer("retryAfterSeconds", defaults.retryAfterSeconds, minimum=1),
+        defaultMaxTokens=top.integer("defaultMaxTokens", defaults.defaultMaxTokens, minimum=1),
+        oversizeRequests=cast(Oversize, top.choice("oversizeRequests", defaults.oversizeRequests, OVERSIZE)),
     )
 
 
@@ -156,11 +162,19 @@ class _Fields:
     def error(self, key: str, must: str) -> LimitsError:
         return LimitsError(f"{self.source}: {self.prefix}{key} {must}, got {self.data.get(key)!r}")
 
+    def choice(self, key: str, default: str, allowed: tuple[str, ...]) -> str:
+        value = self.data.get(key, default)
+        if value not in allowed:
+            raise self.error(key, f"must be one of {', '.join(allowed)}")
+        return str(value)
+
     def number(self, key: str, default: float) -> float:
         value = self.data.get(key, default)
         # bool is an int subclass; `maxQueued: true` is a mistake, not 1.
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.error(key, "must be a number")
+        if not math.isfinite(value):
+            raise self.error(key, "must be a finite number")
         return float(value)
 
     def integer(self, key: str, default: int, *, minimum: int) -> int:

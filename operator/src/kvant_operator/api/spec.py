@@ -354,6 +354,9 @@ class ServingSpec(ApiModel):
     engine_args: list[EngineArg] = _engine_args_field()
 
 
+OversizeRequests = Literal["refuse", "runAlone"]
+
+
 class LimitsSpec(ApiModel):
     """The on-call knobs, enforced by the gate; editing them never restarts the engine."""
 
@@ -364,6 +367,19 @@ class LimitsSpec(ApiModel):
         default=256, ge=0, le=1000000, description="Requests waiting per replica before 429."
     )
     queue_timeout_seconds: int = Field(default=30, ge=1, le=3600, description="Longest wait in the queue.")
+    default_max_tokens: int = Field(
+        default=2048,
+        ge=1,
+        le=1048576,
+        description="Output tokens reserved for a request that sets no limit (an OpenAI chat request "
+        "without max_tokens would otherwise generate up to the context length); the gate writes this "
+        "limit into the request it forwards.",
+    )
+    oversize_requests: OversizeRequests = Field(
+        default="refuse",
+        description="A request that may hold more KV than a replica's whole budget: refuse (413, "
+        "saying why) or runAlone (it waits until nothing else runs).",
+    )
 
 
 class ConcurrencyBounds(ApiModel):

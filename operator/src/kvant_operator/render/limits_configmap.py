@@ -33,6 +33,8 @@ def limits_for(spec: QuantizedModelSpec, effective_concurrency: int | None) -> L
         targetTokenUsage=spec.protection.target_token_usage,
         maxRetractionsPerMinute=spec.protection.max_retractions_per_minute,
         concurrency=ConcurrencyBounds(min=min(spec.protection.concurrency.min, ceiling), max=ceiling),
+        defaultMaxTokens=spec.limits.default_max_tokens,
+        oversizeRequests=spec.limits.oversize_requests,
     )
 
 

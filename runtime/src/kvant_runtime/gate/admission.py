@@ -9,8 +9,8 @@ In `enforce` mode it runs when both hold:
   fit the budget together can never make the engine retract; a lower budget would only turn
   away requests that fit. (`targetTokenUsage` is the local loop's target for the engine's live
   token_usage, see `concurrency`, not a cap on reservations.) A request larger than the whole
-  budget runs alone, so it is never starved. While the engine's capacity is unknown the token
-  check is skipped (fail open).
+  budget is refused with 413, or with `oversizeRequests: runAlone` runs alone, so it is never
+  starved. While the engine's capacity is unknown the token check is skipped (fail open).
 
 Otherwise it waits in a bounded FIFO queue, at most `queueTimeoutSeconds`. Strict FIFO:
 a large request at the head is not overtaken by smaller ones behind it.
@@ -32,10 +32,11 @@ from kvant_runtime.tokens import ESTIMATE_HEADROOM
 class Rejected(Exception):
     """Turned away: `reason` is the metric label, `retry_after` the seconds to tell the client."""
 
-    def __init__(self, reason: str, retry_after: int, message: str) -> None:
+    def __init__(self, reason: str, retry_after: int | None, message: str, status: int = 429) -> None:
         super().__init__(message)
         self.reason = reason
         self.retry_after = retry_after
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,16 @@ class Admission:
             over = self._over_limits(tokens) if self.limits.mode == "observe" else ()
             self._take(tokens)
             return Ticket(tokens, 0.0, over)
+        budget = self.token_budget
+        if budget is not None and tokens > budget and self.limits.oversizeRequests == "refuse":
+            raise Rejected(
+                "too_large",
+                None,
+                f"the request may hold {tokens} KV tokens, more than this replica's whole budget of "
+                f"{budget}; shorten the prompt or lower max_tokens (or set "
+                "spec.limits.oversizeRequests: runAlone)",
+                status=413,
+            )
         if not self._queue and not self._over_limits(tokens):
             self._take(tokens)
             return Ticket(tokens, 0.0)

@@ -1,14 +1,14 @@
-"""The request path: read the body, admit, forward to the engine, stream the answer back.
+"""The request path: classify the route, read the body, admit, forward, stream the answer back.
 
-Only generation requests (POST to `GENERATION_PATHS`) go through admission; everything else
-(`/health`, `/metrics`, `/get_server_info`, …) passes straight through, so `/health` is the
-engine's own health and the engine's `/metrics` stays reachable through the gate.
-Response bodies are relayed chunk by chunk as they arrive: SSE streams are never buffered.
+The route policy (`route_policy`) decides: every generating route goes through admission, costed by
+`kvant_runtime.request_cost`; read-only and tool routes (`/health`, `/metrics`, `/v1/models`,
+`/tokenize`, ...) pass straight through; admin and mutating routes get 403, and routes SGLang does
+not serve 404, before the body is read. Response bodies are relayed chunk by chunk as they arrive:
+SSE streams are never buffered.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 
 import aiohttp
@@ -18,18 +18,11 @@ from yarl import URL
 
 from kvant_runtime.gate.admission import Admission, Rejected, Ticket
 from kvant_runtime.gate.gate_metrics import GateMetrics
-from kvant_runtime.tokens import (
-    BYTES_PER_TOKEN,
-    DEFAULT_MAX_NEW_TOKENS,
-    estimate_prompt_tokens,
-    requested_new_tokens,
-)
+from kvant_runtime.gate.route_policy import RouteClass, classify
+from kvant_runtime.request_cost import BadRequest, cost_request
 
 log = logging.getLogger("kvant.gate")
 
-GENERATION_PATHS = frozenset(
-    {"/generate", "/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/responses"}
-)
 # Sized answers up to this are relayed in one piece; larger or unsized ones (SSE) chunk by chunk.
 WHOLE_BODY_BYTES = 1 << 20
 # Per-connection headers (RFC 9110 §7.6.1) plus the ones aiohttp recomputes for the new hop.
@@ -73,8 +66,18 @@ class Proxy:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         try:
+            route = classify(request.method, request.path)
+            if route is None:
+                raise Refused(404, "unknown_route", f"{request.method} {request.path} is not served here")
+            if route is RouteClass.ADMIN:
+                raise Refused(
+                    403,
+                    "admin_route",
+                    f"{request.method} {request.path} changes or inspects the engine; admin routes are "
+                    "closed at the gate",
+                )
             body = await _read_body(request, self.admission.limits.maxRequestBytes)
-            if request.method == "POST" and request.path in GENERATION_PATHS:
+            if route is RouteClass.GENERATE:
                 return await self._admit_and_forward(request, body)
             return await self._forward(request, body)
         except Refused as refused:
@@ -82,14 +85,17 @@ class Proxy:
             return _error_response(refused)
 
     async def _admit_and_forward(self, request: web.Request, body: bytes) -> web.StreamResponse:
-        tokens = _request_tokens(body)
         try:
-            ticket = await self.admission.acquire(tokens)
+            cost = cost_request(request.path, body, self.admission.limits.defaultMaxTokens)
+        except BadRequest as bad:
+            raise Refused(400, "bad_request", str(bad)) from None
+        try:
+            ticket = await self.admission.acquire(cost.tokens)
         except Rejected as rejected:
-            raise Refused(429, rejected.reason, str(rejected), rejected.retry_after) from None
+            raise Refused(rejected.status, rejected.reason, str(rejected), rejected.retry_after) from None
         self._count_admitted(ticket)
         try:
-            return await self._forward(request, body)
+            return await self._forward(request, cost.body)
         finally:
             self.admission.release(ticket)
 
@@ -158,17 +164,6 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
             raise too_large
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def _request_tokens(body: bytes) -> int:
-    """Estimated prompt tokens + requested new tokens (see kvant_runtime.tokens)."""
-    try:
-        payload = json.loads(body)
-        return estimate_prompt_tokens(payload) + requested_new_tokens(payload)
-    except (ValueError, TypeError, AttributeError):
-        # A shape the estimator does not read (a batch, malformed JSON): cost it by size and
-        # let the engine judge it, so the gate never refuses what the engine would accept.
-        return -(-len(body) // BYTES_PER_TOKEN) + DEFAULT_MAX_NEW_TOKENS
 
 
 def _forwarded(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:

@@ -1,0 +1,166 @@
+"""What a generating request may make the engine hold, so the gate reserves at least that.
+
+Every request shape SGLang accepts is costed, not only the simple one:
+- batches: `text`, `prompt`, `input` or `input_ids` as a list of prompts, each costed;
+- parallel samples: `n` (OpenAI), `sampling_params.n` and `parallel_sample_num` (SGLang); the prompt
+  is held once (the radix cache shares it between samples) and each sample grows its own output;
+- the output limit in every name SGLang reads (`sampling_params.max_new_tokens`,
+  `max_completion_tokens`, `max_tokens`, `max_output_tokens`) and in the numeric forms its pydantic
+  models accept: an integer, a whole float (`3000.0`) or a string of digits (`"3000"`);
+- no output limit at all: an OpenAI-style request would then generate up to the context length, so
+  the gate reserves the model's `defaultMaxTokens` and writes that limit into the forwarded request,
+  so the engine can never grow past what was reserved;
+- embeddings and scoring hold their prompts only.
+
+Prompt tokens are estimated with `kvant_runtime.tokens` (no tokenizer in the gate). A body the gate
+cannot read as JSON is costed by its size plus `defaultMaxTokens` and passed to the engine to judge.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from kvant_runtime.tokens import (
+    BYTES_PER_TOKEN,
+    DEFAULT_MAX_NEW_TOKENS,
+    estimate_prompt_tokens,
+    estimate_text_tokens,
+)
+
+# Routes whose requests hold only their prompt: nothing is generated.
+PROMPT_ONLY_PATHS = frozenset(
+    {"/v1/embeddings", "/encode", "/classify", "/v1/classify", "/v1/rerank", "/v1/score"}
+)
+# Where the output limit goes when a request names none (SGLang's own field for each API).
+_LIMIT_FIELD = {
+    "/v1/completions": "max_tokens",
+    "/v1/chat/completions": "max_tokens",
+    "/v1/responses": "max_output_tokens",
+    "/v1/messages": "max_tokens",
+}
+_OPENAI_LIMITS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
+
+
+class BadRequest(ValueError):
+    """A request the engine would refuse too; the gate answers 400 with this message."""
+
+
+@dataclass(frozen=True)
+class Cost:
+    tokens: int  # KV tokens the engine may hold for this request at most
+    body: bytes  # what to forward: the request, with an output limit written in when it had none
+
+
+def cost_request(path: str, body: bytes, default_max_tokens: int) -> Cost:
+    try:
+        payload = json.loads(body) if body.strip() else {}
+    except ValueError:
+        payload = None
+    if not isinstance(payload, dict):
+        # Not a JSON object (a multipart upload, a malformed body): cost it by size; the engine judges.
+        return Cost(-(-len(body) // BYTES_PER_TOKEN) + default_max_tokens, body)
+    prompts = _prompt_tokens(payload)
+    samples = _samples(payload)
+    if path in PROMPT_ONLY_PATHS:
+        return Cost(sum(prompts), body)
+    limit = _output_limit(payload)
+    if limit is None:
+        limit, body = _with_limit(path, payload, body, default_max_tokens)
+    return Cost(sum(prompts) + len(prompts) * samples * limit, body)
+
+
+def _prompt_tokens(payload: dict[str, Any]) -> list[int]:
+    """One entry per prompt of the request (a batch has several)."""
+    for key in ("input_ids", "text", "prompt", "input"):
+        value = payload.get(key)
+        if isinstance(value, list) and value and all(isinstance(item, list | str) for item in value):
+            return [_one_prompt(item) for item in value]
+    if "messages" in payload or any(k in payload for k in ("input_ids", "text", "prompt")):
+        try:
+            return [estimate_prompt_tokens(payload)]
+        except (ValueError, TypeError, AttributeError) as err:
+            raise BadRequest(f"the prompt cannot be read: {err}") from None
+    if "input" in payload:
+        return [_one_prompt(payload["input"])]
+    return [0]  # no prompt field: /health_generate, or a shape the engine will refuse
+
+
+def _one_prompt(item: object) -> int:
+    if isinstance(item, str):
+        return estimate_text_tokens(item)
+    if isinstance(item, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in item):
+        return len(item)
+    if isinstance(item, list):  # Responses-API style input: a list of message-like items
+        return sum(estimate_text_tokens(json.dumps(part)) for part in item)
+    raise BadRequest(f"a prompt must be text or a list of token ids, got {type(item).__name__}")
+
+
+def _samples(payload: dict[str, Any]) -> int:
+    sampling = _sampling(payload)
+    values = [payload.get("n"), payload.get("parallel_sample_num"), sampling.get("n")]
+    found = [_whole("n", v) for v in values if v is not None]
+    samples = max(found, default=1)
+    if samples < 1:
+        raise BadRequest(f"n must be at least 1, got {samples}")
+    return samples
+
+
+def _output_limit(payload: dict[str, Any]) -> int | None:
+    sampling = _sampling(payload)
+    if sampling.get("max_new_tokens") is not None:
+        return _whole("sampling_params.max_new_tokens", sampling["max_new_tokens"])
+    for name in _OPENAI_LIMITS:
+        if payload.get(name) is not None:
+            return _whole(name, payload[name])
+    return None
+
+
+def _sampling(payload: dict[str, Any]) -> dict[str, Any]:
+    """`sampling_params`, or for a batch with one per prompt the largest of each field."""
+    sampling = payload.get("sampling_params") or {}
+    if isinstance(sampling, list):
+        merged: dict[str, Any] = {}
+        for params in sampling:
+            if not isinstance(params, dict):
+                raise BadRequest("sampling_params must be an object or a list of objects")
+            for key in ("max_new_tokens", "n"):
+                if params.get(key) is not None:
+                    merged[key] = max(_whole(key, params[key]), merged.get(key, 0))
+        return merged
+    if not isinstance(sampling, dict):
+        raise BadRequest("sampling_params must be an object or a list of objects")
+    return sampling
+
+
+def _whole(name: str, value: object) -> int:
+    """An integer in any form SGLang's pydantic models accept for one: 3000, 3000.0 or "3000"."""
+    number: float
+    if isinstance(value, bool):
+        raise BadRequest(f"{name} must be a whole number, got {value!r}")
+    if isinstance(value, int | float):
+        number = value
+    elif isinstance(value, str) and value.strip().lstrip("+").isdigit():
+        number = int(value.strip())
+    else:
+        raise BadRequest(f"{name} must be a whole number, got {value!r}")
+    if not math.isfinite(number) or number != int(number) or number < 0:
+        raise BadRequest(f"{name} must be a whole number ≥ 0, got {value!r}")
+    return int(number)
+
+
+def _with_limit(path: str, payload: dict[str, Any], body: bytes, default: int) -> tuple[int, bytes]:
+    """The output limit to reserve for a request that names none, and the body to forward."""
+    if path == "/generate":
+        # SGLang's /generate stops at its own default (128), so the request is bounded as it is.
+        sampling = dict(payload.get("sampling_params") or {})
+        if isinstance(payload.get("sampling_params"), list):
+            return DEFAULT_MAX_NEW_TOKENS, body
+        sampling["max_new_tokens"] = DEFAULT_MAX_NEW_TOKENS
+        return DEFAULT_MAX_NEW_TOKENS, json.dumps({**payload, "sampling_params": sampling}).encode()
+    field = _LIMIT_FIELD.get(path)
+    if field is None:  # an API whose limit field the gate does not write: reserve, forward as is
+        return default, body
+    return default, json.dumps({**payload, field: default}).encode()
