@@ -70,6 +70,20 @@ go_install() { # $1 name, $2 version, $3 package path
   rm -rf "$out" && mv "$out.tmp" "$out"
 }
 
+# The kstatus helper (hack/kstatus), keyed by cli-utils' version and a hash of its source, so an
+# edit of the helper rebuilds it. kvant_dev.toolchain computes the same key.
+build_kstatus() {
+  local src; src="$(cd "$(dirname "$0")/kstatus" && pwd)"
+  local key; key=$(cd "$src" && sha256sum go.mod go.sum main.go | sha256sum | cut -c1-8)
+  local out="$BIN/kstatus-$CLI_UTILS_VERSION-$key"
+  if [[ -x "$out/kstatus" ]]; then return; fi
+  grep -q "sigs.k8s.io/cli-utils $CLI_UTILS_VERSION" "$src/go.mod" \
+    || { log "hack/kstatus/go.mod does not pin cli-utils $CLI_UTILS_VERSION"; return 1; }
+  log "building the kstatus helper (cli-utils $CLI_UTILS_VERSION)"
+  (cd "$src" && CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags "-s -w" -o "$out.tmp/kstatus" .)
+  rm -rf "$out" && mv "$out.tmp" "$out"
+}
+
 # Unpacks Debian packages into $BIN/$1 with dpkg -x: nothing is installed on the host.
 unpack_debs() { # $1 folder name, $2 file that proves it is complete, then the packages
   local out="$BIN/$1" proof="$2"; shift 2
@@ -85,6 +99,7 @@ build_etcd
 build_kube
 go_install helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
 go_install coredns "$COREDNS_VERSION" github.com/coredns/coredns
+build_kstatus
 unpack_debs prometheus-deb usr/bin/prometheus prometheus
 # kube-proxy's nftables mode runs the `nft` command; its libraries travel with it (LD_LIBRARY_PATH).
 unpack_debs nftables-deb usr/sbin/nft nftables libnftables1 libnftnl11 libmnl0 libjansson4 libxtables12

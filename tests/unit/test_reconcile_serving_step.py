@@ -55,14 +55,16 @@ def test_prefill_and_decode_are_rolled_out_separately() -> None:
     assert message.startswith("decode: ") and "prefill" not in message  # only the unfinished role
 
 
-def test_the_previous_generation_keeps_the_model_ready_while_a_new_one_converts() -> None:
+def test_while_a_new_generation_converts_the_model_is_not_ready_but_still_serving() -> None:
     kube, p = MemoryKube(), new_pass(body())
     ready_while_blocked(p, kube, Phase.CONVERTING)
-    assert condition(p, "Ready").status == "False"  # nothing has ever served
+    assert condition(p, "Ready").status == "False"
+    assert condition(p, "Serving").status == "False"  # nothing has ever served
 
     serve(_serving_pass(), kube, SETTINGS)
     kube.roll_out(NAMESPACE, "tiny")
     p = new_pass(body())
     ready_while_blocked(p, kube, Phase.CONVERTING)
-    ready = condition(p, "Ready")
-    assert (ready.status, ready.reason) == ("True", "ServingPreviousGeneration")
+    assert (condition(p, "Ready").status, condition(p, "Ready").reason) == ("False", "Converting")
+    serving = condition(p, "Serving")
+    assert (serving.status, serving.reason) == ("True", "PreviousGeneration")

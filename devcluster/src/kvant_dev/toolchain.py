@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -25,6 +26,18 @@ def pinned_versions() -> dict[str, str]:
     return versions
 
 
+KSTATUS_SOURCE = Path(__file__).resolve().parents[3] / "hack" / "kstatus"
+
+
+def kstatus_source_key() -> str:
+    """The helper's cache key, as hack/toolchain.sh computes it: `sha256sum FILES | sha256sum`."""
+    listing = "".join(
+        f"{hashlib.sha256((KSTATUS_SOURCE / name).read_bytes()).hexdigest()}  {name}\n"
+        for name in ("go.mod", "go.sum", "main.go")
+    )
+    return hashlib.sha256(listing.encode()).hexdigest()[:8]
+
+
 class MissingBinaryError(RuntimeError):
     pass
 
@@ -41,6 +54,7 @@ class Toolchain:
     prometheus: Path
     nft: Path
     kubectl: Path
+    kstatus: Path
 
     @classmethod
     def locate(cls) -> Toolchain:
@@ -59,6 +73,7 @@ class Toolchain:
             prometheus=bin_dir / "prometheus-deb" / "usr" / "bin" / "prometheus",
             nft=bin_dir / "nftables-deb" / "usr" / "sbin" / "nft",
             kubectl=venv_kubectl if venv_kubectl.exists() else Path(shutil.which("kubectl") or venv_kubectl),
+            kstatus=bin_dir / f"kstatus-{v['CLI_UTILS_VERSION']}-{kstatus_source_key()}" / "kstatus",
         )
         missing = [str(p) for p in vars(toolchain).values() if not Path(p).is_file()]
         if missing:

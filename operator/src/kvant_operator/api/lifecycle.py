@@ -1,8 +1,11 @@
 """The condition set of a QuantizedModel and the one way to change it.
 
-Conditions follow kstatus / Argo CD: `Ready`, `Progressing` and `Degraded` are the summary the
-tools read, each condition carries `observedGeneration`, and `lastTransitionTime` moves only when
-the status flips, so re-applying the same decision is a no-op.
+Conditions follow kstatus and Argo CD. kstatus (Flux, kpt) reads `Reconciling` (the current
+generation is not done yet: InProgress) and `Stalled` (it failed: Failed); Argo CD's health check
+reads `Degraded`, `Ready` and `Progressing`. `Ready` means the current generation serves; `Serving`
+says whether anything serves, so "an older generation still answers while the new one converts" is
+visible without calling the object Ready. Each condition carries `observedGeneration`, and
+`lastTransitionTime` moves only when the status flips, so re-applying the same decision is a no-op.
 """
 
 from __future__ import annotations
@@ -19,9 +22,12 @@ class ConditionType(StrEnum):
     CONVERTED = "Converted"  # the artifact exists in the requested weight format
     CALIBRATED = "Calibrated"  # FP8 KV scales are measured (or not needed)
     VALIDATED = "Validated"  # the evaluation gate passed (or none was asked for)
-    READY = "Ready"  # serving replicas are ready and the gate admits traffic
+    READY = "Ready"  # the current generation's replicas all serve behind the gate
+    SERVING = "Serving"  # some generation's replicas serve (the previous one, during a change)
     PROGRESSING = "Progressing"  # work towards the current generation is under way
+    RECONCILING = "Reconciling"  # kstatus: the current generation is not done yet, and has not failed
     DEGRADED = "Degraded"  # serving, but below the spec (replicas missing, limits lowered by failure)
+    STALLED = "Stalled"  # kstatus: the current generation failed; it waits for a fix (or a retry)
     CACHE_PROTECTED = "CacheProtected"  # protection holds KV usage below the target
 
 

@@ -57,26 +57,29 @@ def rollout_status(p: Pass, kube: KubeDoor) -> tuple[Phase, bool]:
         message = "; ".join(pending)
         p.condition(ConditionType.READY, False, "RollingOut", message)
         p.condition(ConditionType.PROGRESSING, True, "RollingOut", message)
+        _serving(p, kube, "RollingOut", "replicas serve while the rollout completes")
         return Phase.DEPLOYING, True
     p.condition(ConditionType.READY, True, "Serving", "all serving replicas are ready behind the gate")
+    p.condition(ConditionType.SERVING, True, "CurrentGeneration", "the current generation serves")
     p.condition(ConditionType.PROGRESSING, False, "Settled", "the current generation is fully rolled out")
     return Phase.READY, False
 
 
 def ready_while_blocked(p: Pass, kube: KubeDoor, phase: Phase) -> None:
-    """While a new generation converts or plans, the previous Deployments may still serve."""
-    serving = [
-        kube.get("apps/v1", "Deployment", p.namespace, workload_name(p.model, r)) for r in roles(p.spec)
-    ]
-    if all(d and not rollout_pending(d, d["spec"].get("replicas", 0)) for d in serving):
-        p.condition(
-            ConditionType.READY,
-            True,
-            "ServingPreviousGeneration",
-            f"the new generation is {phase.value}; the previous one keeps serving",
-        )
+    """Not Ready while the current generation plans, converts or fails; the previous generation's
+    Deployments may still serve, which `Serving` says."""
+    message = f"the current generation is not serving: phase {phase.value}"
+    p.condition(ConditionType.READY, False, phase.value, message)
+    _serving(p, kube, "PreviousGeneration", f"the previous generation serves while this one is {phase.value}")
+
+
+def _serving(p: Pass, kube: KubeDoor, reason: str, message: str) -> None:
+    """Serving is True while every role has a ready replica, whichever generation it runs."""
+    live = [kube.get("apps/v1", "Deployment", p.namespace, workload_name(p.model, r)) for r in roles(p.spec)]
+    if all(d and (d.get("status") or {}).get("readyReplicas", 0) > 0 for d in live):
+        p.condition(ConditionType.SERVING, True, reason, message)
     else:
-        p.condition(ConditionType.READY, False, phase.value, f"not serving yet: phase {phase.value}")
+        p.condition(ConditionType.SERVING, False, "NoReadyReplicas", "no replica of every role is ready yet")
 
 
 def rollout_pending(live: Obj, replicas: int) -> str:

@@ -21,6 +21,7 @@ def invalid_spec(body: Obj, log: ConditionLog, err: ValidationError) -> Outcome:
 def outcome(body: Obj, log: ConditionLog, phase: Phase, busy: bool, p: Pass | None) -> Outcome:
     if ConditionType.DEGRADED not in log.written:
         log.set(ConditionType.DEGRADED, False, "AsExpected", "no failures")
+    _kstatus_conditions(log, phase, busy)
     protection = p.protection if p is not None else None
     if protection is not None:
         log.set(ConditionType.CACHE_PROTECTED, *protection.condition)
@@ -44,6 +45,23 @@ def outcome(body: Obj, log: ConditionLog, phase: Phase, busy: bool, p: Pass | No
         kind = "Warning" if phase in (Phase.FAILED, Phase.DEGRADED) else "Normal"
         events.append((kind, f"Phase{phase.value}", _phase_message(log, phase)))
     return Outcome(status, events, busy)
+
+
+def _kstatus_conditions(log: ConditionLog, phase: Phase, busy: bool) -> None:
+    """kstatus' pair, from what the pass found: Stalled while the current generation has failed (it
+    waits for a fix, or for its retry), else Reconciling while work on it is under way."""
+    degraded = log.previous(ConditionType.DEGRADED)
+    if degraded is not None and degraded.status is ConditionStatus.TRUE:
+        log.set(ConditionType.STALLED, True, degraded.reason, degraded.message)
+        log.set(ConditionType.RECONCILING, False, "Stalled", "the current generation failed; see Stalled")
+        return
+    log.set(ConditionType.STALLED, False, "AsExpected", "no failures")
+    if busy:
+        progressing = log.previous(ConditionType.PROGRESSING)
+        message = progressing.message if progressing is not None else f"phase {phase.value}"
+        log.set(ConditionType.RECONCILING, True, phase.value, message)
+    else:
+        log.set(ConditionType.RECONCILING, False, "Settled", "the current generation is done")
 
 
 def validation_message(err: ValidationError) -> str:

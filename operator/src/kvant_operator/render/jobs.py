@@ -18,6 +18,7 @@ from kvant_operator.artifact_recipe import (
 )
 from kvant_operator.planner.capacity_plan import DEFAULT_CONTEXTS
 from kvant_operator.render.meta import Obj, object_meta, owner_reference
+from kvant_operator.render.pod_security import restricted
 from kvant_operator.settings import OperatorSettings
 
 ARTIFACT_LABEL = "kvant.dev/artifact"
@@ -282,14 +283,10 @@ def _calibrate_container(
 def _job(
     meta: Obj, containers: list[Obj], volumes: list[Obj], *, backoff_limit: int, init: list[Obj] | None = None
 ) -> Obj:
-    pod_spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "containers": containers,
-        "volumes": volumes,
-        "automountServiceAccountToken": False,
-    }
+    pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": containers, "volumes": volumes}
     if init:
         pod_spec["initContainers"] = init
+    pod_spec = restricted(pod_spec)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

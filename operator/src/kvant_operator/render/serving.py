@@ -16,6 +16,7 @@ from kvant_operator.api.status import PlanStatus
 from kvant_operator.artifact_recipe import digest
 from kvant_operator.render.limits_configmap import LIMITS_FILE, limits_configmap, limits_name
 from kvant_operator.render.meta import Obj, object_meta
+from kvant_operator.render.pod_security import restricted
 from kvant_operator.render.roles import Role, roles, workload_name
 from kvant_operator.settings import OperatorSettings
 from kvant_operator.sources import Location
@@ -63,15 +64,17 @@ def deployment(inputs: ServingInputs, role: Role) -> Obj:
     body, model = inputs.body, inputs.model
     meta = object_meta(body, workload_name(model, role), "serving")
     meta["labels"].update(role.labels(model))
-    engine = _engine_container(inputs, role)
-    pod_spec: Obj = {
-        "containers": [engine, _gate_container(inputs.settings)],
-        "volumes": [
-            {"name": "limits", "configMap": {"name": limits_name(model)}},
-            {**inputs.model_dir.volume, "name": "model"},
-        ],
-        "terminationGracePeriodSeconds": 60,
-    }
+    pod_spec = restricted(
+        {
+            "containers": [_engine_container(inputs, role), _gate_container(inputs.settings)],
+            "volumes": [
+                {"name": "limits", "configMap": {"name": limits_name(model)}},
+                {**inputs.model_dir.volume, "name": "model"},
+            ],
+            "terminationGracePeriodSeconds": 60,
+        }
+    )
+    engine = pod_spec["containers"][0]
     template_labels = {**meta["labels"]}
     annotations = {
         CONFIG_HASH: digest({"engine": engine, "digest": inputs.digest}),

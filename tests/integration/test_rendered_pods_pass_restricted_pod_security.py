@@ -1,0 +1,77 @@
+"""Every pod Kvant renders (plan, shards, artifact and eval Jobs, and the serving pods of every role)
+is admitted by kube-apiserver's own PodSecurity admission in a namespace that enforces `restricted`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from kvant_dev.cluster import KubectlError
+from kvant_operator.artifact_recipe import artifact_key, artifact_location
+from kvant_operator.render import jobs
+from kvant_operator.render.roles import roles
+from kvant_operator.render.serving import ServingInputs, deployment
+from kvant_operator.settings import OperatorSettings
+from tests.unit.render_inputs import body, plan, spec_of
+
+pytestmark = pytest.mark.cluster
+
+NAMESPACE = "kvant-restricted"
+SETTINGS = OperatorSettings()
+EVALUATION = {"maxKLDivergence": 0.05, "blockRollout": True}
+
+
+@pytest.fixture(scope="module")
+def restricted_namespace(apiserver: Any) -> Any:
+    labels = {
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+    }
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE, "labels": labels}}
+    apiserver.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(namespace))
+    yield apiserver
+    apiserver.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+
+
+def _pod(workload: dict[str, Any]) -> dict[str, Any]:
+    """The pod a Job or Deployment would create, as the API server would be asked to admit it."""
+    template = workload["spec"]["template"]
+    name = workload["metadata"]["name"][:50] + "-pod"
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE}, **template}
+
+
+def _workloads(example: str) -> list[dict[str, Any]]:
+    model = body(example, evaluation=EVALUATION)
+    model["metadata"]["namespace"] = NAMESPACE
+    spec = spec_of(model)
+    key = artifact_key(spec, SETTINGS)
+    found = [
+        jobs.plan_job(model, spec, SETTINGS),
+        jobs.shards_job([model], spec, SETTINGS, key, workers=2, attempt=1),
+        jobs.artifact_job([model], spec, SETTINGS, key, attempt=1, workers=2),
+        jobs.eval_job(model, spec, SETTINGS, key),
+    ]
+    inputs = ServingInputs(model, spec, plan(), artifact_location(spec, SETTINGS, key), "sha256:a", SETTINGS)
+    return found + [deployment(inputs, role) for role in roles(spec)]
+
+
+@pytest.mark.parametrize("example", ["tiny.yaml", "llama-70b-prefill-decode-fp8kv.yaml"])
+def test_every_rendered_pod_is_admitted_under_restricted(restricted_namespace: Any, example: str) -> None:
+    pods = [_pod(w) for w in _workloads(example)]
+    result = restricted_namespace.kubectl(
+        "create", "--dry-run=server", "-f", "-", input="\n".join(json.dumps(p) for p in pods)
+    )
+    assert result.stdout.count("(server dry run)") == len(pods), result.stdout + result.stderr
+
+
+def test_the_namespace_really_enforces_restricted(restricted_namespace: Any) -> None:
+    bare = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "bare", "namespace": NAMESPACE},
+        "spec": {"containers": [{"name": "c", "image": "kvant-runtime:0.1.0"}]},
+    }
+    with pytest.raises(KubectlError, match="violates PodSecurity"):
+        restricted_namespace.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(bare))
