@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from kvant_contracts import safetensors_header
+from kvant_contracts.safetensors_header import HeaderError
 from kvant_operator.planner.inventory import InventoryError, read_checkpoint, read_header
 
 TENSORS: dict[str, np.ndarray] = {
@@ -91,3 +94,14 @@ def test_corrupt_file_is_rejected_naming_it(tmp_path: Path, content: bytes):
     path.write_bytes(content)
     with pytest.raises(InventoryError, match=r"broken\.safetensors"):
         read_header(path)
+
+
+def test_a_truncated_shard_is_left_to_the_converter(tmp_path: Path):
+    """The plan needs shapes only; the converter refuses the truncated shard, and its failure is retried."""
+    path = tmp_path / "model.safetensors"
+    save_file(TENSORS, str(path))
+    (header_length,) = np.frombuffer(path.read_bytes()[:8], dtype="<u8")
+    os.truncate(path, 8 + int(header_length))
+    assert len(read_header(path)) == len(TENSORS)
+    with pytest.raises(HeaderError, match="truncated or corrupt shard"):
+        safetensors_header.read_header(path)

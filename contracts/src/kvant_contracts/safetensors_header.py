@@ -45,8 +45,13 @@ def tensor_bytes(dtype: str, shape: tuple[int, ...]) -> int:
     return (math.prod(shape) * DTYPE_BITS[dtype] + 7) // 8
 
 
-def read_header(path: Path) -> dict[str, HeaderEntry]:
-    """The tensors of one .safetensors file, by name, in header order."""
+def read_header(path: Path, *, complete: bool = True) -> dict[str, HeaderEntry]:
+    """The tensors of one .safetensors file, by name, in header order.
+
+    `complete` False skips the one check that looks past the header, that every tensor's bytes are in
+    the file: the planner, which needs shapes only, leaves a truncated shard to the converter, whose
+    failure is retried (so a re-copied source converts), where a failed plan would wait for a spec
+    edit."""
     try:
         size = path.stat().st_size
         with path.open("rb") as file:
@@ -65,13 +70,13 @@ def read_header(path: Path) -> dict[str, HeaderEntry]:
         raise HeaderError(f"{path}: corrupt safetensors header (not a JSON object)")
     data_start = 8 + header_len
     return {
-        name: _entry(path, name, entry, data_start, size)
+        name: _entry(path, name, entry, data_start, size if complete else None)
         for name, entry in header.items()
         if name != "__metadata__"
     }
 
 
-def _entry(path: Path, name: str, entry: object, data_start: int, size: int) -> HeaderEntry:
+def _entry(path: Path, name: str, entry: object, data_start: int, size: int | None) -> HeaderEntry:
     try:
         assert isinstance(entry, dict)
         dtype, shape, (begin, end) = (
@@ -87,7 +92,7 @@ def _entry(path: Path, name: str, entry: object, data_start: int, size: int) -> 
         raise HeaderError(
             f"{path}: tensor {name!r} has unknown dtype {dtype!r}; known dtypes: {', '.join(DTYPE_BITS)}"
         )
-    if data_start + end > size:
+    if size is not None and data_start + end > size:
         raise HeaderError(
             f"{path}: tensor {name!r} ends at byte {data_start + end} but the file has {size} bytes "
             "(truncated or corrupt shard)"

@@ -60,7 +60,7 @@ class Inventory:
 def read_header(path: Path) -> list[Tensor]:
     """The tensors described by one .safetensors file's header (checked against the file)."""
     try:
-        entries = safetensors_header.read_header(path)
+        entries = safetensors_header.read_header(path, complete=False)  # see read_header
     except safetensors_header.HeaderError as err:
         raise InventoryError(str(err)) from None
     return [Tensor(e.name, e.dtype, e.shape) for e in entries.values()]
