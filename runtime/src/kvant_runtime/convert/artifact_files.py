@@ -15,6 +15,7 @@ from typing import Any
 from kvant_contracts.artifact_manifest import MANIFEST_VERSION, artifact_digest
 from kvant_contracts.weight_formats import weight_format
 from kvant_kernels.kv_cache_scheme import KV_CACHE_SCHEME
+from kvant_runtime.convert.contained_paths import contained
 from kvant_runtime.convert.recipe import Recipe
 from kvant_runtime.convert.source import INDEX_FILE, SINGLE_FILE, SourceCheckpoint
 
@@ -81,8 +82,10 @@ def copied_files(source: SourceCheckpoint) -> list[str]:
 
 
 def copy_into(source: SourceCheckpoint, names: list[str], staging_dir: Path) -> None:
+    """Copies each file's content (never a link) after checking it lives inside the checkpoint."""
     for name in names:
-        shutil.copyfile(source.directory / name, staging_dir / name)
+        path = contained(source.directory, name, "file", source.allowed_roots)
+        shutil.copyfile(path, staging_dir / name, follow_symlinks=True)
 
 
 def files_digest(files: dict[str, dict[str, Any]]) -> str:

@@ -39,6 +39,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="keep matching modules unquantized: a module name (or dotted tail), or re:REGEX; repeatable",
     )
     parser.add_argument("--revision", help="source revision recorded in the manifest (commit or tag)")
+    parser.add_argument(
+        "--allow-symlinks-into",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="DIR",
+        help="links in SOURCE_DIR may lead into DIR (e.g. a Hugging Face cache's blobs); repeatable",
+    )
     parser.add_argument("--worker-index", type=int, default=0, help="this worker's index, 0..workers-1")
     parser.add_argument("--workers", type=int, default=1, help="number of workers sharing the shards")
     parser.add_argument(
@@ -75,6 +83,7 @@ def _run(args: argparse.Namespace) -> int:
             workers=args.workers,
             finalize=args.finalize,
             threads=args.threads,
+            allowed_roots=tuple(args.allow_symlinks_into),
         )
         run(job, progress)
         return 0

@@ -17,6 +17,7 @@ from typing import Any
 from kvant_contracts.artifact_manifest import file_sha256
 from kvant_contracts.job_lines import ArtifactResult
 from kvant_runtime.convert import artifact_files as artifact
+from kvant_runtime.convert.contained_paths import check_disjoint
 from kvant_runtime.convert.convert_errors import ConvertError
 from kvant_runtime.convert.progress import Progress
 from kvant_runtime.convert.recipe import Recipe
@@ -40,6 +41,7 @@ class Job:
     workers: int = 1
     finalize: bool = False
     threads: int = 0  # 0: one per CPU core
+    allowed_roots: tuple[Path, ...] = ()  # where links out of the source may lead (--allow-symlinks-into)
 
     def __post_init__(self) -> None:
         if self.workers < 1 or not 0 <= self.worker_index < self.workers:
@@ -49,6 +51,7 @@ class Job:
             )
         if self.finalize and self.workers > 1:
             raise ConvertError("--finalize runs once after all workers; do not combine it with --workers")
+        check_disjoint(self.source_dir, self.output_dir)
 
 
 def run(job: Job, progress: Progress) -> dict[str, Any] | None:
@@ -57,7 +60,7 @@ def run(job: Job, progress: Progress) -> dict[str, Any] | None:
     identity = _identity(job)
     if (published := staging.published_manifest()) is not None:
         return _already_published(job, published, identity, progress)
-    source = open_source(job.source_dir)
+    source = open_source(job.source_dir, job.allowed_roots)
     if job.finalize:
         staging.check_identity(identity)
     else:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvant_runtime.convert.contained_paths import contained
 from kvant_runtime.convert.convert_errors import ConvertError
 from kvant_runtime.convert.safetensors_io import ShardReader
 from kvant_runtime.jsonfile import read_json_object
@@ -27,6 +28,7 @@ class SourceCheckpoint:
     weight_map: dict[str, str]
     # (rows, cols) of the FP8 scale blocks for an FP8-block source, None for a dense one.
     fp8_block: tuple[int, int] | None
+    allowed_roots: tuple[Path, ...] = ()  # where links out of the checkpoint may lead
 
     def shard_path(self, shard: str) -> Path:
         return self.directory / shard
@@ -35,18 +37,19 @@ class SourceCheckpoint:
         return self.shard_path(shard).stat().st_size
 
 
-def open_source(directory: Path) -> SourceCheckpoint:
+def open_source(directory: Path, allowed_roots: tuple[Path, ...] = ()) -> SourceCheckpoint:
     if not directory.is_dir():
         raise ConvertError(f"source {directory} is not a directory")
-    config = _read_json(directory / "config.json")
+    config = _read_json(contained(directory, "config.json", "config file", allowed_roots))
     fp8_block = _source_format(directory / "config.json", config)
-    weight_map = _weight_map(directory)
+    weight_map = _weight_map(directory, allowed_roots)
     shards = tuple(sorted(set(weight_map.values())))
     for shard in shards:
+        contained(directory, shard, f"{directory / INDEX_FILE}: shard", allowed_roots)
         if not (directory / shard).is_file():
             listed = next(name for name, file in weight_map.items() if file == shard)
             raise ConvertError(f"{directory / INDEX_FILE}: shard {shard} (holding {listed!r}) does not exist")
-    return SourceCheckpoint(directory, config, shards, weight_map, fp8_block)
+    return SourceCheckpoint(directory, config, shards, weight_map, fp8_block, allowed_roots)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -78,15 +81,17 @@ def _source_format(config_path: Path, config: dict[str, Any]) -> tuple[int, int]
     )
 
 
-def _weight_map(directory: Path) -> dict[str, str]:
+def _weight_map(directory: Path, allowed_roots: tuple[Path, ...]) -> dict[str, str]:
     index_path = directory / INDEX_FILE
     if index_path.is_file():
+        contained(directory, INDEX_FILE, "index file", allowed_roots)
         index = _read_json(index_path)
         weight_map = index.get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise ConvertError(f"{index_path}: no weight_map")
         return {str(name): str(file) for name, file in weight_map.items()}
     if (directory / SINGLE_FILE).is_file():
+        contained(directory, SINGLE_FILE, "shard", allowed_roots)
         reader = ShardReader(directory / SINGLE_FILE)
         reader.close()
         return dict.fromkeys(reader.tensors, SINGLE_FILE)
