@@ -123,16 +123,33 @@ def _require(config: dict[str, Any], fields: tuple[str, ...], where: str, model_
         )
 
 
+# Upper bounds far above any real model, so a hostile config fails with a message instead of a
+# nonsensical plan or a loop over 10^12 layers.
+_MAX_LAYERS, _MAX_SIZE = 10_000, 1 << 24
+
+
+def _whole(config: dict[str, Any], field: str, *, minimum: int = 1, maximum: int = _MAX_SIZE) -> int:
+    """`config[field]` as a whole number in [minimum, maximum]; the error names the field."""
+    value = config.get(field)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise ConfigError(
+            f"config.json: {field} must be a whole number in [{minimum}, {maximum}], got {value!r}"
+        )
+    return value
+
+
 def _common(config: dict[str, Any], model_type: str, architecture: str) -> dict[str, Any]:
     dtype = str(config.get("dtype") or config.get("torch_dtype") or "bfloat16")
     return {
         "model_type": model_type,
         "architecture": architecture,
-        "num_layers": int(config["num_hidden_layers"]),
-        "hidden_size": int(config["hidden_size"]),
-        "vocab_size": int(config["vocab_size"]),
-        "intermediate_size": int(config["intermediate_size"]),
-        "num_attention_heads": int(config["num_attention_heads"]),
+        "num_layers": _whole(config, "num_hidden_layers", maximum=_MAX_LAYERS),
+        "hidden_size": _whole(config, "hidden_size"),
+        "vocab_size": _whole(config, "vocab_size"),
+        "intermediate_size": _whole(config, "intermediate_size"),
+        "num_attention_heads": _whole(config, "num_attention_heads"),
         "dtype_bytes": DTYPE_BYTES.get(dtype, 2),
         "max_context": config.get("max_position_embeddings"),
         "tie_word_embeddings": bool(config.get("tie_word_embeddings", False)),
@@ -142,32 +159,48 @@ def _common(config: dict[str, Any], model_type: str, architecture: str) -> dict[
 
 
 def _gqa(config: dict[str, Any], model_type: str, architecture: str) -> ModelShape:
-    heads = int(config["num_attention_heads"])
+    common = _common(config, model_type, architecture)
+    heads = common["num_attention_heads"]
+    kv_heads = _whole(config, "num_key_value_heads") if config.get("num_key_value_heads") else heads
+    if heads % kv_heads:
+        raise ConfigError(
+            f"config.json: num_attention_heads ({heads}) must be a multiple of "
+            f"num_key_value_heads ({kv_heads})"
+        )
+    if config.get("head_dim"):
+        head_dim = _whole(config, "head_dim")
+    elif common["hidden_size"] % heads:
+        raise ConfigError(
+            f"config.json: without head_dim, hidden_size ({common['hidden_size']}) must be a multiple of "
+            f"num_attention_heads ({heads})"
+        )
+    else:
+        head_dim = common["hidden_size"] // heads
     return ModelShape(
-        **_common(config, model_type, architecture),
+        **common,
         attention=Attention.GQA,
-        num_kv_heads=int(config.get("num_key_value_heads") or heads),
-        head_dim=int(config.get("head_dim") or int(config["hidden_size"]) // heads),
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
         attention_bias=model_type == "qwen2" or bool(config.get("attention_bias", False)),
         qk_norm=model_type in ("qwen3", "qwen3_moe") or bool(config.get("use_qk_norm", False)),
     )
 
 
 def _mla(config: dict[str, Any], model_type: str, architecture: str) -> ModelShape:
-    heads = int(config["num_attention_heads"])
-    q_lora_rank = config.get("q_lora_rank")
+    common = _common(config, model_type, architecture)
+    rope, nope = _whole(config, "qk_rope_head_dim"), _whole(config, "qk_nope_head_dim")
     return ModelShape(
-        **_common(config, model_type, architecture),
+        **common,
         attention=Attention.MLA,
-        num_kv_heads=heads,
-        head_dim=int(config["qk_nope_head_dim"]) + int(config["qk_rope_head_dim"]),
+        num_kv_heads=common["num_attention_heads"],
+        head_dim=nope + rope,
         attention_bias=False,
         qk_norm=False,
-        kv_lora_rank=int(config["kv_lora_rank"]),
-        qk_rope_head_dim=int(config["qk_rope_head_dim"]),
-        qk_nope_head_dim=int(config["qk_nope_head_dim"]),
-        v_head_dim=int(config["v_head_dim"]),
-        q_lora_rank=int(q_lora_rank) if q_lora_rank else None,
+        kv_lora_rank=_whole(config, "kv_lora_rank"),
+        qk_rope_head_dim=rope,
+        qk_nope_head_dim=nope,
+        v_head_dim=_whole(config, "v_head_dim"),
+        q_lora_rank=_whole(config, "q_lora_rank") if config.get("q_lora_rank") else None,
     )
 
 

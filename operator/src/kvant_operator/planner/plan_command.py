@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
+from typing import Any
 
 from kvant_operator.api.spec import KvCacheDtype, QuantTargets, WeightFormat
 from kvant_operator.planner.architecture import ConfigError
@@ -13,6 +15,29 @@ from kvant_operator.planner.capacity_plan import DEFAULT_CONTEXTS, PlanRequest, 
 from kvant_operator.planner.checkpoint_view import load_checkpoint
 from kvant_operator.planner.inventory import InventoryError
 from kvant_operator.planner.table import render_table
+
+
+def _bounded(kind: type[int] | type[float], low: float, high: float, *, open_low: bool = False) -> Any:
+    """An argparse type: a finite number of `kind` in [low, high] (or (low, high]); argparse turns
+    the error into `kvant plan: error: argument --flag: ...` and exit 2."""
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not {'a whole number' if kind is int else 'a number'}"
+            ) from None
+        if not math.isfinite(value) or value > high or value < low or (open_low and value == low):
+            bracket = "(" if open_low else "["
+            raise argparse.ArgumentTypeError(f"{text} is out of range {bracket}{low:g}, {high:g}]")
+        return value
+
+    return parse
+
+
+POSITIVE_INT = _bounded(int, 1, 4096)
+CONTEXT = _bounded(int, 1, 2**31)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,11 +49,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--config", type=Path, required=True, help="config.json or checkpoint folder")
     parser.add_argument(
-        "--tp", type=int, default=1, help="tensor-parallel size (spec.serving.tensorParallel)"
+        "--tp", type=POSITIVE_INT, default=1, help="tensor-parallel size (spec.serving.tensorParallel)"
     )
-    parser.add_argument("--gpus", type=int, help="GPUs per replica (spec.serving.gpu.count); default: --tp")
     parser.add_argument(
-        "--gpu-memory-gib", type=float, required=True, help="memory of one GPU (spec.serving.gpu.memoryGiB)"
+        "--gpus", type=POSITIVE_INT, help="GPUs per replica (spec.serving.gpu.count); default: --tp"
+    )
+    parser.add_argument(
+        "--gpu-memory-gib",
+        type=_bounded(float, 0, 1e6, open_low=True),
+        required=True,
+        help="memory of one GPU (spec.serving.gpu.memoryGiB)",
     )
     parser.add_argument(
         "--kv-dtype",
@@ -50,11 +80,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--ignore", action="append", default=[], help="module kept in higher precision (repeat)"
     )
-    parser.add_argument("--mem-fraction-static", type=float, help="default: SGLang's for this GPU")
-    parser.add_argument("--page-size", type=int, default=1, help="KV page size in tokens")
+    parser.add_argument(
+        "--mem-fraction-static",
+        type=_bounded(float, 0, 1, open_low=True),
+        help="default: SGLang's for this GPU",
+    )
+    parser.add_argument("--page-size", type=POSITIVE_INT, default=1, help="KV page size in tokens")
     parser.add_argument(
         "--context",
-        type=int,
+        type=CONTEXT,
         action="append",
         help=f"context length for max concurrency (repeat); default: {', '.join(map(str, DEFAULT_CONTEXTS))}",
     )
