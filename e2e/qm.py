@@ -8,9 +8,9 @@ from typing import Any
 from kubernetes import client
 from tests.kube_wait import wait_for
 
+from kvant_contracts.serving_pod import METRICS_PORT
 from kvant_dev.cluster import LocalCluster
 from kvant_operator.render.roles import engine_selector
-from kvant_operator.render.serving import METRICS_PORT
 
 Obj = dict[str, Any]
 

@@ -13,7 +13,7 @@ from tests.integration.workloads import pod, python_container
 from tests.kube_wait import wait_for
 
 from e2e.qm import apply, metric_value, metrics_url, service_url, serving_pods, wait_ready
-from kvant_operator.render.serving import ENGINE_PORT, GATE_PORT
+from kvant_contracts.serving_pod import ENGINE_PORT, GATE_PORT
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 

@@ -12,7 +12,7 @@ from kvant_dev.cluster import KubectlError
 from kvant_operator.artifact_recipe import artifact_key, artifact_location
 from kvant_operator.render import jobs
 from kvant_operator.render.roles import roles
-from kvant_operator.render.serving import ServingInputs, deployment
+from kvant_operator.render.serving import ServingInputs, deployment, serving_objects
 from kvant_operator.settings import OperatorSettings
 from tests.unit.render_inputs import body, plan, spec_of
 
@@ -75,3 +75,25 @@ def test_the_namespace_really_enforces_restricted(restricted_namespace: Any) -> 
     }
     with pytest.raises(KubectlError, match="violates PodSecurity"):
         restricted_namespace.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(bare))
+
+
+def test_every_serving_object_passes_server_side_dry_run(restricted_namespace: Any) -> None:
+    """The NetworkPolicy, Service, PDB, limits ConfigMap and Deployments, validated by the API server."""
+    model = body("llama-70b-prefill-decode-fp8kv.yaml")
+    model["metadata"]["namespace"] = NAMESPACE
+    spec = spec_of(model)
+    key = artifact_key(spec, SETTINGS)
+    inputs = ServingInputs(model, spec, plan(), artifact_location(spec, SETTINGS, key), "sha256:a", SETTINGS)
+    objects = serving_objects(inputs, None)
+    for obj in objects:
+        obj["metadata"].pop("ownerReferences", None)  # the owner does not exist in this namespace
+    result = restricted_namespace.kubectl(
+        "apply",
+        "--dry-run=server",
+        "--server-side",
+        "-f",
+        "-",
+        input="\n".join(json.dumps(o) for o in objects),
+    )
+    assert result.stdout.count("(server dry run)") == len(objects), result.stdout + result.stderr
+    assert "NetworkPolicy" in {o["kind"] for o in objects}

@@ -23,7 +23,8 @@ def test_serve_applies_limits_workload_service_and_budget_then_waits() -> None:
     kube, p = MemoryKube(), _serving_pass()
     phase, busy = serve(p, kube, SETTINGS)
     assert (phase, busy) == (Phase.DEPLOYING, True)
-    assert sorted(k[1] for k in kube.applied) == ["ConfigMap", "Deployment", "PodDisruptionBudget", "Service"]
+    kinds = sorted(k[1] for k in kube.applied)
+    assert kinds == ["ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Service"]
     assert condition(p, "Ready").reason == "RollingOut"
 
 

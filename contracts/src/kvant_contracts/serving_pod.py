@@ -8,3 +8,7 @@ answers with the engine's own `/health`, for the engine container's probes.
 from __future__ import annotations
 
 ENGINE_HEALTH_PATH = "/engine/health"
+# Where things listen in a serving pod: the engine on loopback only, the gate's serving and metrics
+# listeners on the pod IP (the renderer passes them to the gate and builds Service, probes and the
+# NetworkPolicy from them).
+ENGINE_HOST, ENGINE_PORT, GATE_PORT, METRICS_PORT = "127.0.0.1", 30000, 8000, 9090

@@ -23,6 +23,12 @@ class OperatorSettings:
     busy_interval: float = 2.0  # seconds between reconciles while work is under way
     idle_interval: float = 30.0  # seconds between reconciles of a settled model
     resync_interval: float = 300.0  # seconds between full re-applies of a settled, unchanged model
+    # Each model's NetworkPolicy: namespaces whose pods may reach the serving port (empty: any
+    # source), and namespaces (besides the operator's own, whose protection loop scrapes the pods)
+    # whose pods may reach the metrics port.
+    serving_from: tuple[str, ...] = ()
+    metrics_from: tuple[str, ...] = ("monitoring",)
+    operator_namespace: str = "kvant-system"
 
     @classmethod
     def from_env(cls) -> OperatorSettings:
@@ -40,9 +46,19 @@ class OperatorSettings:
             busy_interval=float(os.environ.get("KVANT_BUSY_INTERVAL", defaults.busy_interval)),
             idle_interval=float(os.environ.get("KVANT_IDLE_INTERVAL", defaults.idle_interval)),
             resync_interval=float(os.environ.get("KVANT_RESYNC_INTERVAL", defaults.resync_interval)),
+            serving_from=_names(os.environ.get("KVANT_SERVING_FROM"), defaults.serving_from),
+            metrics_from=_names(os.environ.get("KVANT_METRICS_FROM"), defaults.metrics_from),
+            operator_namespace=os.environ.get("POD_NAMESPACE", defaults.operator_namespace),
         )
 
     @property
     def converter_version(self) -> str:
         """The converter is whatever the runtime image carries, so its tag versions the artifact."""
         return self.runtime_image.rsplit(":", 1)[-1] if ":" in self.runtime_image else self.runtime_image
+
+
+def _names(value: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
+    """A comma-separated list of namespace names; unset keeps the default, empty means none."""
+    if value is None:
+        return default
+    return tuple(name.strip() for name in value.split(",") if name.strip())

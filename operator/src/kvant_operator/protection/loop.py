@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from kvant_contracts.serving_pod import METRICS_PORT
 from kvant_operator import operator_metrics
 from kvant_operator.api.spec import ProtectionMode, QuantizedModelSpec
 from kvant_operator.api.status import ConditionStatus
@@ -17,7 +18,6 @@ from kvant_operator.kube_door import KubeDoor
 from kvant_operator.protection.decide import Bounds, Sample, decide
 from kvant_operator.protection.samples import CounterMemory, MetricsUnavailable, query_prometheus, scrape_pods
 from kvant_operator.render.roles import engine_roles, engine_selector, workload_name
-from kvant_operator.render.serving import METRICS_PORT
 
 Obj = dict[str, Any]
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvant_contracts.launch_spec import LaunchSpec
-from kvant_contracts.serving_pod import ENGINE_HEALTH_PATH
+from kvant_contracts.serving_pod import ENGINE_HEALTH_PATH, ENGINE_HOST, ENGINE_PORT, GATE_PORT, METRICS_PORT
 from kvant_operator.api.spec import Engine, QuantizedModelSpec
 from kvant_operator.api.status import PlanStatus
 from kvant_operator.artifact_recipe import digest
 from kvant_operator.render.limits_configmap import LIMITS_FILE, limits_configmap, limits_name
 from kvant_operator.render.meta import Obj, object_meta
+from kvant_operator.render.network_policy import network_policy
 from kvant_operator.render.pod_security import restricted
 from kvant_operator.render.roles import Role, roles, workload_name
 from kvant_operator.settings import OperatorSettings
@@ -23,7 +24,6 @@ from kvant_operator.sources import Location
 
 # The engine listens on the pod's loopback: the gate is the only way in. The gate's metrics port is the
 # pod's read-only window onto the engine (merged /metrics, /engine/health), see kvant_runtime.gate.
-ENGINE_HOST, ENGINE_PORT, GATE_PORT, METRICS_PORT = "127.0.0.1", 30000, 8000, 9090
 METRICS_PORT_NAME = "metrics"  # the chart's PodMonitor scrapes this port by name
 LIMITS_DIR = "/etc/kvant/limits"
 CONFIG_HASH = "kvant.dev/engine-config-hash"
@@ -50,7 +50,10 @@ class ServingInputs:
 def serving_objects(inputs: ServingInputs, effective_concurrency: int | None) -> list[Obj]:
     """Everything that serves a model, for the operator and `kvant render` alike: the live limits
     ConfigMap, then per role its Deployment, Service and PodDisruptionBudget."""
-    objects = [limits_configmap(inputs.body, inputs.spec, effective_concurrency)]
+    objects = [
+        limits_configmap(inputs.body, inputs.spec, effective_concurrency),
+        network_policy(inputs.body, inputs.settings),
+    ]
     for role in roles(inputs.spec):
         objects += [
             deployment(inputs, role),
