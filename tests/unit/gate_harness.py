@@ -198,11 +198,16 @@ def _with_defaults(limits: dict[str, Any]) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def gate_in_front_of(
-    upstream: str, limits_dir: KubeletLimitsDir, interval: float = 0.05
+    upstream: str, limits_dir: KubeletLimitsDir, interval: float = 0.05, **access: Path
 ) -> AsyncIterator[tuple[Gate, str]]:
-    """A real gate on a free loopback port; yields it and its base URL."""
+    """A real gate on a free loopback port; yields it and its base URL. `access`: the admin token and
+    API keys files (GateConfig's admin_token_file, api_keys_file)."""
     config = GateConfig(
-        listen=("127.0.0.1", 0), upstream=upstream, limits_path=limits_dir.path, interval=interval
+        listen=("127.0.0.1", 0),
+        upstream=upstream,
+        limits_path=limits_dir.path,
+        interval=interval,
+        **access,  # type: ignore[arg-type]
     )
     async with running_gate(config) as (gate, addresses):
         yield gate, f"http://127.0.0.1:{addresses[0][1]}"

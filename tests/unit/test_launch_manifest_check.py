@@ -104,3 +104,14 @@ def test_invalid_spec_fields_are_named(tmp_path, capsys, fields, message):
     spec = write_spec(tmp_path, modelPath=str(folder), weightsFormat="bf16", **fields)
     assert main(["launch", "--spec", str(spec), "--dry-run"]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_admin_token_reaches_sglang_and_never_the_log(tmp_path, capsys, monkeypatch):
+    folder, digest = converted_artifact(tmp_path)
+    spec = write_spec(tmp_path, modelPath=str(folder), artifactDigest=digest)
+    monkeypatch.setenv("KVANT_ADMIN_API_KEY", "s3cret-admin")
+    assert main(["launch", "--spec", str(spec), "--dry-run"]) == 0  # SGLang's parser accepted it
+    out = capsys.readouterr().out
+    command = out.split()
+    assert command[command.index("--admin-api-key") + 1] == "REDACTED"
+    assert "s3cret-admin" not in out

@@ -12,3 +12,6 @@ ENGINE_HEALTH_PATH = "/engine/health"
 # listeners on the pod IP (the renderer passes them to the gate and builds Service, probes and the
 # NetworkPolicy from them).
 ENGINE_HOST, ENGINE_PORT, GATE_PORT, METRICS_PORT = "127.0.0.1", 30000, 8000, 9090
+# The admin token reaches the engine container as this variable (from the model's Secret), never in
+# the launch spec; `kvant launch` passes it to SGLang as --admin-api-key.
+ADMIN_KEY_ENV = "KVANT_ADMIN_API_KEY"

@@ -21,7 +21,8 @@ DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?
 # Engine flags Kvant derives from the spec; setting them in engineArgs would silently fight the spec.
 OWNED_ENGINE_FLAGS = (
     "kv-cache-dtype|tp|tp-size|tensor-parallel-size|mem-fraction-static|page-size|"
-    "max-running-requests|max-queued-requests|model-path|host|port|disaggregation-mode"
+    "max-running-requests|max-queued-requests|model-path|host|port|disaggregation-mode|"
+    "admin-api-key|api-key"
 )
 OWNED_FLAG_PATTERN = rf"^--({OWNED_ENGINE_FLAGS})(=.*)?$"
 MAX_ENGINE_ARGS = 64
@@ -457,6 +458,28 @@ def _effective_role_dtype(role: RoleSpec, kv: KvCacheSpec) -> KvCacheDtype:
     return role.kv_cache_dtype or kv.dtype
 
 
+class AccessSpec(ApiModel):
+    """Who may use the model's endpoint beyond generating. Both Secrets are optional, live in the
+    model's namespace, and are read by the kubelet for the serving pods only, never by the operator."""
+
+    admin_token_secret: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="Secret whose key `token` opens SGLang's admin routes (weights updates, cache flush, "
+        "profiling, ...) at the gate for `Authorization: Bearer <token>`; SGLang gets it as "
+        "--admin-api-key too. Unset: admin routes are closed.",
+    )
+    api_keys_secret: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="Secret whose key `keys` lists client API keys, one per line; the gate then requires "
+        "`Authorization: Bearer <key>` (as OpenAI clients send it) on every route but health and metrics, "
+        "and answers 401 otherwise. Unset: no key is needed.",
+    )
+
+
 class QuantizedModelSpec(ApiModel):
     """Desired state of a QuantizedModel."""
 
@@ -503,6 +526,7 @@ class QuantizedModelSpec(ApiModel):
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
     protection: ProtectionSpec = Field(default_factory=ProtectionSpec)
     evaluation: EvaluationSpec | None = Field(default=None, description="Accuracy gate. Unset: no gate.")
+    access: AccessSpec = Field(default_factory=AccessSpec)
 
     def check_update(self, old: QuantizedModelSpec) -> None:
         """Raises SpecError when an update from `old` would be rejected by the API server."""

@@ -14,6 +14,7 @@ from kvant_contracts.serving_pod import ENGINE_HEALTH_PATH, ENGINE_HOST, ENGINE_
 from kvant_operator.api.spec import Engine, QuantizedModelSpec
 from kvant_operator.api.status import PlanStatus
 from kvant_operator.artifact_recipe import digest
+from kvant_operator.render.access_secrets import with_access
 from kvant_operator.render.limits_configmap import LIMITS_FILE, limits_configmap, limits_name
 from kvant_operator.render.meta import Obj, object_meta
 from kvant_operator.render.network_policy import network_policy
@@ -67,16 +68,15 @@ def deployment(inputs: ServingInputs, role: Role) -> Obj:
     body, model = inputs.body, inputs.model
     meta = object_meta(body, workload_name(model, role), "serving")
     meta["labels"].update(role.labels(model))
-    pod_spec = restricted(
-        {
-            "containers": [_engine_container(inputs, role), _gate_container(inputs.settings)],
-            "volumes": [
-                {"name": "limits", "configMap": {"name": limits_name(model)}},
-                {**inputs.model_dir.volume, "name": "model"},
-            ],
-            "terminationGracePeriodSeconds": 60,
-        }
-    )
+    pod = {
+        "containers": [_engine_container(inputs, role), _gate_container(inputs.settings)],
+        "volumes": [
+            {"name": "limits", "configMap": {"name": limits_name(model)}},
+            {**inputs.model_dir.volume, "name": "model"},
+        ],
+        "terminationGracePeriodSeconds": 60,
+    }
+    pod_spec = restricted(with_access(pod, inputs.spec.access, inputs.spec.serving.engine))
     engine = pod_spec["containers"][0]
     template_labels = {**meta["labels"]}
     annotations = {

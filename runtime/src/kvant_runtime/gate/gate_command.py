@@ -43,6 +43,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="SECONDS",
         help="seconds between limits-file checks and engine /metrics reads (default: 1)",
     )
+    parser.add_argument(
+        "--admin-token-file",
+        type=Path,
+        metavar="FILE",
+        help="a file holding the admin token that opens SGLang's admin routes (a mounted Secret); "
+        "without it they are closed",
+    )
+    parser.add_argument(
+        "--api-keys-file",
+        type=Path,
+        metavar="FILE",
+        help="a file of client API keys, one per line (a mounted Secret); with it, requests need "
+        "`Authorization: Bearer <key>`",
+    )
     parser.add_argument("--debug", action="store_true", help="debug logging, with tracebacks")
     parser.set_defaults(run=run)
 
@@ -79,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
         limits_path=args.limits,
         metrics_listen=args.metrics_listen,
         interval=args.interval,
+        admin_token_file=args.admin_token_file,
+        api_keys_file=args.api_keys_file,
     )
     try:
         asyncio.run(serve_until_signalled(config))

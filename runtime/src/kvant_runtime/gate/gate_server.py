@@ -24,6 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kvant_contracts.limits import Limits
 from kvant_contracts.serving_pod import ENGINE_HEALTH_PATH
+from kvant_runtime.gate.access import Access
 from kvant_runtime.gate.admission import Admission
 from kvant_runtime.gate.concurrency import ConcurrencyController
 from kvant_runtime.gate.gate_metrics import GateMetrics
@@ -52,6 +53,8 @@ class GateConfig:
     limits_path: Path
     metrics_listen: tuple[str, int] | None = None
     interval: float = 1.0  # seconds between limits reloads and engine metric reads
+    admin_token_file: Path | None = None  # unset: admin routes are closed
+    api_keys_file: Path | None = None  # unset: clients need no key
 
 
 class Gate:
@@ -133,7 +136,8 @@ async def running_gate(config: GateConfig) -> AsyncIterator[tuple[Gate, list[tup
         cookie_jar=aiohttp.DummyCookieJar(),
         skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
     ) as session:
-        proxy = Proxy(config.upstream, gate.admission, gate.metrics, session)
+        access = Access(config.admin_token_file, config.api_keys_file)
+        proxy = Proxy(config.upstream, gate.admission, gate.metrics, session, access)
         app = web.Application()
         app.router.add_get(METRICS_PATH, gate.metrics_handler)
         app.router.add_route("*", "/{tail:.*}", proxy.handle)

@@ -16,6 +16,7 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from kvant_runtime.gate.access import Access
 from kvant_runtime.gate.admission import Admission, Rejected, Ticket
 from kvant_runtime.gate.gate_metrics import GateMetrics
 from kvant_runtime.gate.route_policy import RouteClass, classify
@@ -57,25 +58,36 @@ class Proxy:
     """Handles every request the gate's listener receives, except its own metrics path."""
 
     def __init__(
-        self, upstream: str, admission: Admission, metrics: GateMetrics, session: aiohttp.ClientSession
+        self,
+        upstream: str,
+        admission: Admission,
+        metrics: GateMetrics,
+        session: aiohttp.ClientSession,
+        access: Access | None = None,
     ) -> None:
         self.upstream = upstream.rstrip("/")
         self.admission = admission
         self.metrics = metrics
         self.session = session
+        self.access = access or Access()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         try:
             route = classify(request.method, request.path)
             if route is None:
                 raise Refused(404, "unknown_route", f"{request.method} {request.path} is not served here")
+            authorization = request.headers.get("Authorization")
             if route is RouteClass.ADMIN:
-                raise Refused(
-                    403,
-                    "admin_route",
-                    f"{request.method} {request.path} changes or inspects the engine; admin routes are "
-                    "closed at the gate",
-                )
+                if not self.access.admin_allowed(authorization):
+                    closed = "need the model's admin token" if self.access.admin.configured else "are closed"
+                    raise Refused(
+                        403,
+                        "admin_route",
+                        f"{request.method} {request.path} changes or inspects the engine; admin routes "
+                        f"{closed} at the gate",
+                    )
+            elif not self.access.client_allowed(request.path, authorization):
+                raise Refused(401, "unauthorized", "this model needs an API key: Authorization: Bearer <key>")
             body = await _read_body(request, self.admission.limits.maxRequestBytes)
             if route is RouteClass.GENERATE:
                 return await self._admit_and_forward(request, body)

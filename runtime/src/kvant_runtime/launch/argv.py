@@ -81,4 +81,16 @@ FLAG_OWNERS = {
     "enable_metrics": "(always on)",
     "host": "host",
     "port": "port",
+    "admin_api_key": "spec.access.adminTokenSecret",
+    "api_key": "spec.access.apiKeysSecret (the gate checks client keys)",
 }
+REDACTED = "REDACTED"
+
+
+def with_admin_key(argv: list[str], token: str | None) -> list[str]:
+    return [*argv, "--admin-api-key", token] if token else argv
+
+
+def redacted(argv: list[str]) -> list[str]:
+    """`argv` as it may be logged: the admin key's value hidden."""
+    return [REDACTED if i and argv[i - 1] == "--admin-api-key" else a for i, a in enumerate(argv)]

@@ -43,23 +43,32 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     from kvant_contracts.artifact_manifest import ManifestError  # noqa: PLC0415
     from kvant_contracts.launch_spec import SpecError, load_spec, parse_spec_json  # noqa: PLC0415
-    from kvant_runtime.launch.argv import checkpoint_quant_method, kvant_argv  # noqa: PLC0415
+    from kvant_contracts.serving_pod import ADMIN_KEY_ENV  # noqa: PLC0415
+    from kvant_runtime.launch.argv import (  # noqa: PLC0415
+        checkpoint_quant_method,
+        kvant_argv,
+        redacted,
+        with_admin_key,
+    )
     from kvant_runtime.launch.validate import SGLangRejected, validate_argv  # noqa: PLC0415
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         spec = load_spec(args.spec) if args.spec else parse_spec_json(args.spec_json)
         check_artifact(Path(spec.modelPath), spec.artifactDigest, args.verify_content)
+        token = os.environ.get(ADMIN_KEY_ENV, "").strip() or None
         argv = kvant_argv(spec, checkpoint_quant_method(Path(spec.modelPath))) + list(spec.engineArgs)
+        argv = with_admin_key(argv, token)
         validate_argv(argv, list(spec.engineArgs))
     except (SpecError, ManifestError, SGLangRejected) as error:
         print(f"kvant launch: {error}", file=sys.stderr)
         return 2
     command = [sys.executable, "-m", "sglang.launch_server", *argv]
+    shown = shlex.join(redacted(command))
     if args.dry_run:
-        print(shlex.join(command))
+        print(shown)
         return 0
-    log.info("event=launch.exec command=%s", shlex.quote(shlex.join(command)))
+    log.info("event=launch.exec command=%s", shlex.quote(shown))
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, command)
