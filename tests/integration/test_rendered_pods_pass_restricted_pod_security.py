@@ -31,6 +31,13 @@ def restricted_namespace(apiserver: Any) -> Any:
     }
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE, "labels": labels}}
     apiserver.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(namespace))
+    # Pods need the namespace's default ServiceAccount, which a controller-manager would create.
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "default", "namespace": NAMESPACE},
+    }
+    apiserver.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(account))
     yield apiserver
     apiserver.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
 
@@ -39,11 +46,12 @@ def _pod(workload: dict[str, Any]) -> dict[str, Any]:
     """The pod a Job or Deployment would create, as the API server would be asked to admit it."""
     template = workload["spec"]["template"]
     name = workload["metadata"]["name"][:50] + "-pod"
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE}, **template}
+    metadata = {"name": name, "namespace": NAMESPACE, "labels": template["metadata"].get("labels", {})}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template["spec"]}
 
 
-def _workloads(example: str) -> list[dict[str, Any]]:
-    model = body(example, evaluation=EVALUATION)
+def _workloads(example: str, **overrides: Any) -> list[dict[str, Any]]:
+    model = body(example, evaluation=EVALUATION, **overrides)
     model["metadata"]["namespace"] = NAMESPACE
     spec = spec_of(model)
     key = artifact_key(spec, SETTINGS)
@@ -59,11 +67,20 @@ def _workloads(example: str) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("example", ["tiny.yaml", "llama-70b-prefill-decode-fp8kv.yaml"])
 def test_every_rendered_pod_is_admitted_under_restricted(restricted_namespace: Any, example: str) -> None:
-    pods = [_pod(w) for w in _workloads(example)]
+    pods = [_pod(w) for w in _workloads(example, source={"uri": "pvc://models/tiny-llama"})]
     result = restricted_namespace.kubectl(
         "create", "--dry-run=server", "-f", "-", input="\n".join(json.dumps(p) for p in pods)
     )
     assert result.stdout.count("(server dry run)") == len(pods), result.stdout + result.stderr
+
+
+def test_a_file_source_is_a_host_path_which_restricted_refuses(restricted_namespace: Any) -> None:
+    """file:// is for a dev node (a hostPath); a restricted namespace needs pvc:// sources."""
+    plan_job = _workloads("tiny.yaml")[0]
+    with pytest.raises(KubectlError, match='volume "source" uses restricted volume type "hostPath"'):
+        restricted_namespace.kubectl(
+            "create", "--dry-run=server", "-f", "-", input=json.dumps(_pod(plan_job))
+        )
 
 
 def test_the_namespace_really_enforces_restricted(restricted_namespace: Any) -> None:

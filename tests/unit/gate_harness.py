@@ -55,7 +55,7 @@ class HeldEngine:
         self.token_usage = 0.0
         self.retracted_total = 0
         self.max_total_num_tokens: int | None = 1000  # None: /metrics lacks the gauge
-        self.server_info_tokens = 1000  # answered on the older /get_server_info only
+        self.server_info_tokens: int | None = 1000  # answered on the older /get_server_info only
         self.metrics_status = 200
         self.url = ""
         self.seen: list[tuple[str, str]] = []  # (method, path) of every request that reached it
@@ -198,18 +198,18 @@ def _with_defaults(limits: dict[str, Any]) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def gate_in_front_of(
-    upstream: str, limits_dir: KubeletLimitsDir, interval: float = 0.05, **access: Path
+    upstream: str, limits_dir: KubeletLimitsDir, interval: float = 0.05, **config: Any
 ) -> AsyncIterator[tuple[Gate, str]]:
-    """A real gate on a free loopback port; yields it and its base URL. `access`: the admin token and
-    API keys files (GateConfig's admin_token_file, api_keys_file)."""
-    config = GateConfig(
+    """A real gate on a free loopback port; yields it and its base URL. `config`: more GateConfig
+    fields (admin_token_file, api_keys_file, planned_kv_tokens)."""
+    gate_config = GateConfig(
         listen=("127.0.0.1", 0),
         upstream=upstream,
         limits_path=limits_dir.path,
         interval=interval,
-        **access,  # type: ignore[arg-type]
+        **config,
     )
-    async with running_gate(config) as (gate, addresses):
+    async with running_gate(gate_config) as (gate, addresses):
         yield gate, f"http://127.0.0.1:{addresses[0][1]}"
 
 

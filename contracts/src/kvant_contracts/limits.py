@@ -63,6 +63,9 @@ class Limits:
     maxRetractionsPerMinute: int = 0
     concurrency: ConcurrencyBounds = ConcurrencyBounds()
     maxRequestBytes: int = 16 * 1024 * 1024
+    # Request bodies held while they wait in the queue, at most; past it a request is turned away
+    # (429) rather than buffered, so a queue of large bodies cannot exhaust the gate's memory.
+    maxQueuedBytes: int = 256 * 1024 * 1024
     retryAfterSeconds: int = 1
     # The output limit reserved for (and written into) a request that names none.
     defaultMaxTokens: int = 2048
@@ -106,6 +109,7 @@ def parse_limits(data: object, source: str = "limits") -> Limits:
         ),
         concurrency=bounds,
         maxRequestBytes=top.integer("maxRequestBytes", defaults.maxRequestBytes, minimum=1),
+        maxQueuedBytes=top.integer("maxQueuedBytes", defaults.maxQueuedBytes, minimum=1),
         retryAfterSeconds=top.integer("retryAfterSeconds", defaults.retryAfterSeconds, minimum=1),
         defaultMaxTokens=top.integer("defaultMaxTokens", defaults.defaultMaxTokens, minimum=1),
         oversizeRequests=cast(Oversize, top.choice("oversizeRequests", defaults.oversizeRequests, OVERSIZE)),

@@ -8,6 +8,7 @@ answers with the engine's own `/health`, for the engine container's probes.
 from __future__ import annotations
 
 ENGINE_HEALTH_PATH = "/engine/health"
+GATE_METRICS_PATH = "/gate/metrics"  # the gate's own metrics on its serving port (its liveness probe)
 # Where things listen in a serving pod: the engine on loopback only, the gate's serving and metrics
 # listeners on the pod IP (the renderer passes them to the gate and builds Service, probes and the
 # NetworkPolicy from them).

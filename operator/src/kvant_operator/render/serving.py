@@ -10,7 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvant_contracts.launch_spec import LaunchSpec
-from kvant_contracts.serving_pod import ENGINE_HEALTH_PATH, ENGINE_HOST, ENGINE_PORT, GATE_PORT, METRICS_PORT
+from kvant_contracts.serving_pod import (
+    ENGINE_HEALTH_PATH,
+    ENGINE_HOST,
+    ENGINE_PORT,
+    GATE_METRICS_PATH,
+    GATE_PORT,
+    METRICS_PORT,
+)
 from kvant_operator.api.spec import Engine, QuantizedModelSpec
 from kvant_operator.api.status import PlanStatus
 from kvant_operator.artifact_recipe import digest
@@ -69,7 +76,7 @@ def deployment(inputs: ServingInputs, role: Role) -> Obj:
     meta = object_meta(body, workload_name(model, role), "serving")
     meta["labels"].update(role.labels(model))
     pod = {
-        "containers": [_engine_container(inputs, role), _gate_container(inputs.settings)],
+        "containers": [_engine_container(inputs, role), _gate_container(inputs)],
         "volumes": [
             {"name": "limits", "configMap": {"name": limits_name(model)}},
             {**inputs.model_dir.volume, "name": "model"},
@@ -175,10 +182,10 @@ def _launch_spec(inputs: ServingInputs, role: Role) -> LaunchSpec:
     )
 
 
-def _gate_container(settings: OperatorSettings) -> Obj:
+def _gate_container(inputs: ServingInputs) -> Obj:
     return {
         "name": "gate",
-        "image": settings.runtime_image,
+        "image": inputs.settings.runtime_image,
         "command": ["kvant"],
         "args": [
             "gate",
@@ -190,6 +197,9 @@ def _gate_container(settings: OperatorSettings) -> Obj:
             f"{LIMITS_DIR}/{LIMITS_FILE}",
             "--metrics-listen",
             f"0.0.0.0:{METRICS_PORT}",
+            # Admission is bounded by the plan until the engine reports its own capacity.
+            "--planned-kv-tokens",
+            str(inputs.plan.kv_tokens_per_replica),
         ],
         "ports": [
             {"name": "http", "containerPort": GATE_PORT},
@@ -197,7 +207,14 @@ def _gate_container(settings: OperatorSettings) -> Obj:
         ],
         "volumeMounts": [{"name": "limits", "mountPath": LIMITS_DIR, "readOnly": True}],
         "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 2},
-        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+        # The gate's own page, not the engine's health: a slow engine must not restart the gate.
+        "livenessProbe": {
+            "httpGet": {"path": GATE_METRICS_PATH, "port": "http"},
+            "periodSeconds": 10,
+            "failureThreshold": 6,
+        },
+        # maxQueuedBytes (256 MiB by default) bounds the bodies it buffers; the rest is small.
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}},
     }
 
 

@@ -57,6 +57,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="a file of client API keys, one per line (a mounted Secret); with it, requests need "
         "`Authorization: Bearer <key>`",
     )
+    parser.add_argument(
+        "--planned-kv-tokens",
+        type=int,
+        metavar="TOKENS",
+        help="the plan's KV tokens per replica: the token budget until the engine reports its own",
+    )
     parser.add_argument("--debug", action="store_true", help="debug logging, with tracebacks")
     parser.set_defaults(run=run)
 
@@ -95,6 +101,9 @@ def run(args: argparse.Namespace) -> int:
         interval=args.interval,
         admin_token_file=args.admin_token_file,
         api_keys_file=args.api_keys_file,
+        planned_kv_tokens=args.planned_kv_tokens
+        if args.planned_kv_tokens and args.planned_kv_tokens > 0
+        else None,
     )
     try:
         asyncio.run(serve_until_signalled(config))

@@ -23,7 +23,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kvant_contracts.limits import Limits
-from kvant_contracts.serving_pod import ENGINE_HEALTH_PATH
+from kvant_contracts.serving_pod import ENGINE_HEALTH_PATH, GATE_METRICS_PATH
 from kvant_runtime.gate.access import Access
 from kvant_runtime.gate.admission import Admission
 from kvant_runtime.gate.concurrency import ConcurrencyController
@@ -33,7 +33,7 @@ from kvant_runtime.gate.proxy import Proxy
 
 log = logging.getLogger("kvant.gate")
 
-METRICS_PATH = "/gate/metrics"
+METRICS_PATH = GATE_METRICS_PATH
 # The engine listens on the pod's loopback only, so the metrics listener is the pod's one window onto
 # it: /metrics carries the gate's series followed by the engine's (metrics merging, as Istio's sidecar
 # does), and /engine/health serves the engine container's probes. Both are read-only GETs.
@@ -54,6 +54,9 @@ class GateConfig:
     metrics_listen: tuple[str, int] | None = None
     interval: float = 1.0  # seconds between limits reloads and engine metric reads
     admin_token_file: Path | None = None  # unset: admin routes are closed
+    # The plan's KV tokens per replica: the token budget until the engine reports its own, so
+    # admission is bounded from the first request, not open while the engine starts.
+    planned_kv_tokens: int | None = None
     api_keys_file: Path | None = None  # unset: clients need no key
 
 
@@ -63,6 +66,7 @@ class Gate:
     def __init__(self, config: GateConfig, limits: Limits) -> None:
         self.config = config
         self.admission = Admission(limits)
+        self.admission.set_token_capacity(config.planned_kv_tokens)
         self.controller = ConcurrencyController(limits)
         self.metrics = GateMetrics(self.admission)
 

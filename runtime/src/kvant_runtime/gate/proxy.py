@@ -9,6 +9,7 @@ SSE streams are never buffered.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import aiohttp
@@ -26,6 +27,10 @@ log = logging.getLogger("kvant.gate")
 
 # Sized answers up to this are relayed in one piece; larger or unsized ones (SSE) chunk by chunk.
 WHOLE_BODY_BYTES = 1 << 20
+# A client that has not sent its whole body by then is cut off (408): a slow sender holds no slot.
+BODY_READ_SECONDS = 30.0
+# Requests the gate holds at once, of every kind (queued, in flight, passed through); past it, 503.
+MAX_OPEN_REQUESTS = 8192
 # Per-connection headers (RFC 9110 §7.6.1) plus the ones aiohttp recomputes for the new hop.
 _NOT_FORWARDED = frozenset(
     {
@@ -70,41 +75,69 @@ class Proxy:
         self.metrics = metrics
         self.session = session
         self.access = access or Access()
+        self.open_requests = 0
+        self.queued_bytes = 0  # bodies of generating requests not yet admitted
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.open_requests += 1
         try:
-            route = classify(request.method, request.path)
-            if route is None:
-                raise Refused(404, "unknown_route", f"{request.method} {request.path} is not served here")
-            authorization = request.headers.get("Authorization")
-            if route is RouteClass.ADMIN:
-                if not self.access.admin_allowed(authorization):
-                    closed = "need the model's admin token" if self.access.admin.configured else "are closed"
-                    raise Refused(
-                        403,
-                        "admin_route",
-                        f"{request.method} {request.path} changes or inspects the engine; admin routes "
-                        f"{closed} at the gate",
-                    )
-            elif not self.access.client_allowed(request.path, authorization):
-                raise Refused(401, "unauthorized", "this model needs an API key: Authorization: Bearer <key>")
-            body = await _read_body(request, self.admission.limits.maxRequestBytes)
-            if route is RouteClass.GENERATE:
-                return await self._admit_and_forward(request, body)
-            return await self._forward(request, body)
+            if self.open_requests > MAX_OPEN_REQUESTS:
+                raise Refused(503, "overloaded", f"the gate holds {MAX_OPEN_REQUESTS} requests already", 1)
+            return await self._handle(request)
         except Refused as refused:
             self.metrics.rejected.labels(refused.reason).inc()
             return _error_response(refused)
+        finally:
+            self.open_requests -= 1
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        route = classify(request.method, request.path)
+        if route is None:
+            raise Refused(404, "unknown_route", f"{request.method} {request.path} is not served here")
+        authorization = request.headers.get("Authorization")
+        if route is RouteClass.ADMIN:
+            if not self.access.admin_allowed(authorization):
+                closed = "need the model's admin token" if self.access.admin.configured else "are closed"
+                raise Refused(
+                    403,
+                    "admin_route",
+                    f"{request.method} {request.path} changes or inspects the engine; admin routes "
+                    f"{closed} at the gate",
+                )
+        elif not self.access.client_allowed(request.path, authorization):
+            raise Refused(401, "unauthorized", "this model needs an API key: Authorization: Bearer <key>")
+        try:
+            async with asyncio.timeout(BODY_READ_SECONDS):
+                body = await _read_body(request, self.admission.limits.maxRequestBytes)
+        except TimeoutError:
+            raise Refused(
+                408, "body_timeout", f"the request body did not arrive within {BODY_READ_SECONDS:g}s"
+            ) from None
+        if route is RouteClass.GENERATE:
+            return await self._admit_and_forward(request, body)
+        return await self._forward(request, body)
 
     async def _admit_and_forward(self, request: web.Request, body: bytes) -> web.StreamResponse:
         try:
             cost = cost_request(request.path, body, self.admission.limits.defaultMaxTokens)
         except BadRequest as bad:
             raise Refused(400, "bad_request", str(bad)) from None
+        limits = self.admission.limits
+        if self.queued_bytes + len(cost.body) > limits.maxQueuedBytes:
+            raise Refused(
+                429,
+                "queue_bytes",
+                f"the gate's queue holds {self.queued_bytes} bytes of requests (maxQueuedBytes="
+                f"{limits.maxQueuedBytes})",
+                limits.retryAfterSeconds,
+            )
+        self.queued_bytes += len(cost.body)
         try:
             ticket = await self.admission.acquire(cost.tokens)
         except Rejected as rejected:
             raise Refused(rejected.status, rejected.reason, str(rejected), rejected.retry_after) from None
+        finally:
+            self.queued_bytes -= len(cost.body)
         self._count_admitted(ticket)
         try:
             return await self._forward(request, cost.body)
