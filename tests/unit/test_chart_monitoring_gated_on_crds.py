@@ -1,11 +1,14 @@
-"""ServiceMonitor/PodMonitor render only where monitoring.coreos.com/v1 is served."""
+"""ServiceMonitor, PodMonitor and PrometheusRule render only where monitoring.coreos.com/v1 is served."""
 
 from __future__ import annotations
 
+import yaml
+
 from kvant_operator.render.serving import METRICS_PORT_NAME
-from tests.helm_chart import of_kind, one, render
+from tests.helm_chart import CHART, of_kind, one, render
 
 MONITORING = ["monitoring.coreos.com/v1"]
+ALERTS = CHART / "files" / "kvant-alerts.yaml"
 
 
 def test_no_monitors_without_the_prometheus_operator_api():
@@ -31,3 +34,11 @@ def test_monitors_can_be_switched_off():
     objects = render(values, api_versions=MONITORING)
     assert not of_kind(objects, "ServiceMonitor")
     assert not of_kind(objects, "PodMonitor")
+
+
+def test_the_alerts_render_as_a_prometheus_rule_only_with_the_api_and_when_enabled():
+    assert not of_kind(render(), "PrometheusRule")
+    rule = one(render(api_versions=MONITORING), "PrometheusRule")
+    assert rule["spec"] == yaml.safe_load(ALERTS.read_text())  # the file promtool tests, unchanged
+    off = render({"metrics": {"prometheusRule": {"enabled": False}}}, api_versions=MONITORING)
+    assert not of_kind(off, "PrometheusRule")

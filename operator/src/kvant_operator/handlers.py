@@ -99,6 +99,7 @@ async def model_daemon(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
             woken = False
         wakeup.clear()
     _phases.pop((body["metadata"]["namespace"], body["metadata"]["name"]), None)
+    operator_metrics.forget_model(body["metadata"]["namespace"], body["metadata"]["name"])
     _publish_phase_counts()
 
 
@@ -115,6 +116,7 @@ def _reconcile_once(
     operator_metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
     operator_metrics.RECONCILES.labels("busy" if outcome.busy else "settled").inc()
     _phases[(meta["namespace"], meta["name"])] = outcome.status["phase"]
+    operator_metrics.publish_conditions(meta["namespace"], meta["name"], outcome.status["conditions"])
     _publish_phase_counts()
     return outcome
 

@@ -1,0 +1,54 @@
+"""Kvant's alert rules, checked and unit-tested by Prometheus' own promtool (from the toolchain), with
+a firing and a not-firing case for every alert and a runbook entry in the README for each."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from kvant_dev.toolchain import Toolchain
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES = ROOT / "charts" / "kvant" / "files" / "kvant-alerts.yaml"
+TESTS = ROOT / "tests" / "promtool" / "kvant-alerts-test.yaml"
+
+
+def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    promtool = Toolchain.locate().prometheus.parent / "promtool"
+    return subprocess.run([str(promtool), *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+def _alerts() -> dict[str, dict]:
+    return {r["alert"]: r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
+
+
+def test_the_rules_are_valid() -> None:
+    result = _promtool("check", "rules", str(RULES))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_promtool_unit_tests_pass() -> None:
+    result = _promtool("test", "rules", str(TESTS))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_alert_has_a_firing_and_a_not_firing_case() -> None:
+    cases = [c for t in yaml.safe_load(TESTS.read_text())["tests"] for c in t.get("alert_rule_test", [])]
+    for name in _alerts():
+        mine = [c for c in cases if c["alertname"] == name]
+        assert any(c.get("exp_alerts") for c in mine), f"{name} never fires in the tests"
+        assert any(not c.get("exp_alerts") for c in mine), f"{name} has no not-firing case"
+
+
+def test_every_runbook_link_has_its_entry_in_the_readme() -> None:
+    headings = {
+        re.sub(r"[^a-z0-9 -]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+        for line in (ROOT / "README.md").read_text().splitlines()
+        if line.startswith("#")
+    }
+    for name, rule in _alerts().items():
+        anchor = rule["annotations"]["runbook_url"].split("#", 1)[1]
+        assert anchor in headings, f"{name}: README has no heading for #{anchor}"
