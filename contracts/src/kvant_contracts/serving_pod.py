@@ -9,6 +9,9 @@ from __future__ import annotations
 
 ENGINE_HEALTH_PATH = "/engine/health"
 GATE_METRICS_PATH = "/gate/metrics"  # the gate's own metrics on its serving port (its liveness probe)
+# The gate's kvant_gate_rejected_total reasons that mean "this replica is full" (429/503); the
+# alerts, the dashboard and `kvant status` count these.
+GATE_BUSY_REASONS = ("queue_full", "queue_timeout", "queue_bytes", "overloaded")
 # Where things listen in a serving pod: the engine on loopback only, the gate's serving and metrics
 # listeners on the pod IP (the renderer passes them to the gate and builds Service, probes and the
 # NetworkPolicy from them).

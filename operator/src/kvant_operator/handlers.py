@@ -12,12 +12,11 @@ import time
 from typing import Any
 
 import kopf
-from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
 from kvant_operator import operator_metrics
 from kvant_operator.api.resource import GROUP, PLURAL, VERSION
-from kvant_operator.kube import Kube
+from kvant_operator.kube import Kube, api_client
 from kvant_operator.protection.loop import ProtectionResult, Protector
 from kvant_operator.protection.schedule import ModelProtection
 from kvant_operator.reconcile import Outcome, Reconciler
@@ -25,16 +24,6 @@ from kvant_operator.settings import OperatorSettings
 
 log = logging.getLogger("kvant.operator")
 _phases: dict[tuple[str, str], str] = {}
-
-
-def api_client() -> Any:
-    try:
-        kube_config.load_incluster_config()
-        from kubernetes import client  # noqa: PLC0415 - the in-cluster config lands in the default client
-
-        return client.ApiClient()
-    except kube_config.ConfigException:
-        return kube_config.new_client_from_config()
 
 
 @kopf.on.startup()

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client, dynamic
+from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
 from kvant_operator import operator_metrics
@@ -31,6 +32,16 @@ def _counted(api: client.ApiClient) -> client.ApiClient:
 
     api.call_api = call_api
     return api
+
+
+def api_client() -> Any:
+    try:
+        kube_config.load_incluster_config()
+        from kubernetes import client  # noqa: PLC0415 - the in-cluster config lands in the default client
+
+        return client.ApiClient()
+    except kube_config.ConfigException:
+        return kube_config.new_client_from_config()
 
 
 class Kube:

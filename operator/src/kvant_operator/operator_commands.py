@@ -9,6 +9,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "kvant_operator.api.crd_command",
     "kvant_operator.planner.plan_command",
     "kvant_operator.render.render_command",
+    "kvant_operator.oncall.status_command",
     "kvant_operator.run",
 )
 

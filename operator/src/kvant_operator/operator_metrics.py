@@ -25,6 +25,8 @@ PROTECTION_DECISIONS = Counter(
     "Protection decisions that changed a limit, by direction.",
     ["direction"],
 )
+for _direction in ("down", "up"):  # at 0 from the start, so dashboards and rates see the series
+    PROTECTION_DECISIONS.labels(_direction)
 
 
 MODEL_CONDITION = Gauge(

@@ -69,7 +69,7 @@ def wait_for_peering(name: str, namespaces: list[str]) -> None:
     from kubernetes.client import CustomObjectsApi  # noqa: PLC0415
     from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
 
-    from kvant_operator.handlers import api_client  # noqa: PLC0415
+    from kvant_operator.kube import api_client  # noqa: PLC0415
 
     custom = CustomObjectsApi(api_client())
     deadline = time.monotonic() + _PEERING_WAIT_S

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from kvant_contracts.limits import MODES
+from kvant_contracts.serving_pod import GATE_BUSY_REASONS
 from kvant_runtime.gate.admission import Admission
 
 # Queue waits run from 0 (admitted at once) up to queueTimeoutSeconds (30 s by default).
@@ -39,6 +40,8 @@ class GateMetrics:
         self.rejected = Counter(
             "kvant_gate_rejected", "Requests the gate answered itself, by reason.", ["reason"], registry=r
         )
+        for reason in GATE_BUSY_REASONS:  # at 0 from the start, so a rate over them is 0, not absent
+            self.rejected.labels(reason)
         self.over_limit = Counter(
             "kvant_gate_observed_over_limit",
             "observe mode: requests admitted that enforce would have queued, by limit.",

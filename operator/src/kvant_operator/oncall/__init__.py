@@ -1,0 +1,1 @@
+"""Tools for the engineer on call: `kvant status`."""

@@ -1,0 +1,70 @@
+"""`kvant status`'s view: a replica's numbers read from a pod's merged metrics, and the screen it
+prints for a model (the command itself runs against the local cluster in an e2e test)."""
+
+from __future__ import annotations
+
+from kvant_operator.oncall.status_view import model_status, render_text, replica_from_metrics, sparkline
+
+MERGED = """\
+# TYPE kvant_gate_rejected_total counter
+kvant_gate_rejected_total{reason="queue_full"} 3.0
+kvant_gate_rejected_total{reason="queue_timeout"} 2.0
+kvant_gate_rejected_total{reason="bad_request"} 7.0
+# TYPE kvant_gate_queue_length gauge
+kvant_gate_queue_length 4.0
+# TYPE kvant_gate_effective_concurrency gauge
+kvant_gate_effective_concurrency 12.0
+# TYPE sglang:token_usage gauge
+sglang:token_usage{tp_rank="0"} 0.81
+sglang:token_usage{tp_rank="1"} 0.86
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{tp_rank="0"} 6.0
+sglang:num_running_reqs{tp_rank="1"} 6.0
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{tp_rank="0"} 1.0
+"""
+
+QM = {
+    "metadata": {"name": "tiny", "namespace": "team-a", "generation": 4},
+    "spec": {
+        "limits": {"maxConcurrency": 16, "maxQueued": 32, "queueTimeoutSeconds": 10},
+        "protection": {"targetTokenUsage": 0.85, "concurrency": {"min": 2}},
+    },
+    "status": {
+        "phase": "Ready",
+        "observedGeneration": 4,
+        "conditions": [
+            {"type": "Ready", "status": "True", "reason": "Serving"},
+            {"type": "CacheProtected", "status": "False", "reason": "KVPressure"},
+        ],
+        "protection": {"effectiveConcurrency": 12, "lastDecision": "token_usage 0.91 > 0.85; 16 → 12"},
+    },
+}
+
+
+def test_a_replica_reads_the_worst_rank_and_counts_only_busy_refusals() -> None:
+    replica = replica_from_metrics("tiny-abc", MERGED)
+    assert replica.token_usage == 0.86  # the worst TP rank
+    assert (replica.running, replica.queued_engine) == (12.0, 1.0)  # summed over ranks
+    assert replica.turned_away == 5.0  # 429s, not the 400
+    assert (replica.queued_gate, replica.concurrency) == (4.0, 12.0)
+    assert replica.retracted == 0.0  # no counter yet: nothing retracted
+
+
+def test_the_screen_says_what_on_call_needs() -> None:
+    view = model_status(QM)
+    view.replicas = [replica_from_metrics("tiny-abc", MERGED)]
+    view.usage_history = [0.2, 0.5, 0.9, 0.86]
+    text = render_text(view)
+    assert text.splitlines()[0] == "team-a/tiny  phase Ready  generation 4"
+    assert "CacheProtected=False KVPressure" in text
+    assert "effective concurrency 12 (maxConcurrency 16, protection 2..16" in text
+    assert "last decision: token_usage 0.91 > 0.85; 16 → 12" in text
+    row = next(line for line in text.splitlines() if line.strip().startswith("tiny-abc"))
+    assert row.split() == ["tiny-abc", "0.86", "12", "1", "0", "5", "4", "12"]
+    assert "kv usage, last 15 min: ▂▅█▇  (max 0.90)" in text
+    assert view.to_json()["replicas"][0]["turned_away"] == 5.0
+
+
+def test_sparkline_spans_zero_to_one() -> None:
+    assert sparkline([0.0, 0.5, 1.0]) == "▁▅█"
