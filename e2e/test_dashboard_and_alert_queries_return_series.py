@@ -119,6 +119,6 @@ def test_every_dashboard_and_alert_query_returns_series(
         queries = [(f"dashboard: {q}", q) for q in dashboard_queries(namespace)]
         queries += [(f"alert {name}: {q}", q) for name, q in alert_queries()]
         for what, expr in queries:
-            wait_for(_answers(prometheus, expr), 60, what)
+            wait_for(_answers(prometheus, expr), 120, what)
     finally:
         prometheus.stop()
