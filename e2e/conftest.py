@@ -52,6 +52,8 @@ class OperatorProcess:
             "KUBECONFIG": str(self.cluster.kubeconfig),
             "KVANT_BUSY_INTERVAL": "1",
             "KVANT_IDLE_INTERVAL": "10",
+            # The example's folder and the per-test node folders (node_dir) may be file:// sources.
+            "KVANT_FILE_SOURCE_PREFIXES": "/var/lib/kvant/models,/srv/e2e",
         }
         argv = [
             sys.executable,

@@ -135,6 +135,18 @@ CREATE_CASES = [
         True,
     ),
     ("unknown-source-scheme", {"source": {"uri": "ftp://host/model"}}, "spec.source.uri", True),
+    (
+        "calibration-dataset-leaves-the-source",
+        {
+            "kvCache": {
+                "dtype": "fp8_e4m3",
+                "scales": "calibrate",
+                "calibration": {"dataset": "../../etc/passwd"},
+            }
+        },
+        "spec.kvCache.calibration.dataset",
+        True,
+    ),
     # No source type serves hf:// yet: refused at apply, not accepted and failed later.
     (
         "unserved-source-scheme",

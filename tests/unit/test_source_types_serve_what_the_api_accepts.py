@@ -8,7 +8,10 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from kvant_operator.sources import SOURCE_TYPES, SOURCE_URI, locate_source
+from kvant_operator.reconcile import Reconciler
+from kvant_operator.sources import SOURCE_TYPES, SOURCE_URI, file_source_refusal, locate_source
+from tests.unit.memory_kube import MemoryKube
+from tests.unit.reconcile_fixtures import NOW, SETTINGS
 from tests.unit.render_inputs import body, spec_of
 
 CLAIM = {"claimName": "models", "readOnly": True}
@@ -47,3 +50,38 @@ def test_every_scheme_has_exactly_one_type() -> None:
     assert len(schemes) == len(set(schemes))
     for source_type in SOURCE_TYPES:
         assert source_type.pattern.startswith(f"{source_type.scheme}://")
+
+
+@pytest.mark.parametrize(
+    ("uri", "allowed"),
+    [
+        ("file:///var/lib/kvant/models/tiny", True),
+        ("file:///var/lib/kvant/models", True),
+        ("file:///var/lib/kvant/models-evil/x", False),
+        ("file:///var/lib/kvant/models/../../../etc", False),
+        ("file:///etc", False),
+        ("pvc://models/x", True),  # not a hostPath: the prefixes do not apply
+    ],
+)
+def test_a_file_source_must_lie_under_an_allowed_node_folder(uri: str, allowed: bool) -> None:
+    refusal = file_source_refusal(uri, ("/var/lib/kvant/models",))
+    assert (refusal is None) is allowed
+    if not allowed:
+        assert "fileSourcePrefixes" in str(refusal) and "pvc://" in str(refusal)
+
+
+def test_a_file_source_outside_the_prefixes_fails_the_model_without_a_job() -> None:
+    model = body(source={"uri": "file:///etc"}, weights={"format": "bf16"}, kvCache={"dtype": "bf16"})
+    kube = MemoryKube()
+    outcome = Reconciler(kube, SETTINGS).reconcile(model, now=NOW)
+    degraded = next(c for c in outcome.status["conditions"] if c["type"] == "Degraded")
+    assert (outcome.status["phase"], degraded["reason"]) == ("Failed", "SourceNotAllowed")
+    assert kube.created == []
+
+
+@pytest.mark.parametrize("dataset", ["/etc/passwd", "../secrets.txt", "data/../../x"])
+def test_a_calibration_dataset_cannot_leave_the_source(dataset: str) -> None:
+    with pytest.raises(ValidationError, match=re.escape("spec.kvCache.calibration.dataset must be builtin")):
+        spec_of(
+            body(kvCache={"dtype": "fp8_e4m3", "scales": "calibrate", "calibration": {"dataset": dataset}})
+        )

@@ -29,6 +29,9 @@ class OperatorSettings:
     serving_from: tuple[str, ...] = ()
     metrics_from: tuple[str, ...] = ("monitoring",)
     operator_namespace: str = "kvant-system"
+    # Node folders a file:// source may name (a hostPath: whoever may create a QuantizedModel could
+    # otherwise mount any folder of the node into a Job). Empty: no file:// source at all.
+    file_source_prefixes: tuple[str, ...] = ("/var/lib/kvant/models",)
 
     @classmethod
     def from_env(cls) -> OperatorSettings:
@@ -49,6 +52,9 @@ class OperatorSettings:
             serving_from=_names(os.environ.get("KVANT_SERVING_FROM"), defaults.serving_from),
             metrics_from=_names(os.environ.get("KVANT_METRICS_FROM"), defaults.metrics_from),
             operator_namespace=os.environ.get("POD_NAMESPACE", defaults.operator_namespace),
+            file_source_prefixes=_names(
+                os.environ.get("KVANT_FILE_SOURCE_PREFIXES"), defaults.file_source_prefixes
+            ),
         )
 
     @property

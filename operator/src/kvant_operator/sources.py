@@ -12,6 +12,7 @@ shared cache volume it fills, and its fetch step and credentials come with it. T
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -59,6 +60,23 @@ SOURCE_TYPES: tuple[SourceType, ...] = (
 # What the API accepts: exactly the URIs some source type serves.
 SOURCE_URI = "^(" + "|".join(t.pattern for t in SOURCE_TYPES) + ")$"
 SOURCE_FORMS = " or ".join(t.form for t in SOURCE_TYPES)
+
+
+def file_source_refusal(uri: str, allowed_prefixes: tuple[str, ...]) -> str | None:
+    """Why a file:// source may not be used here, or None. A file:// source is a hostPath, so the
+    operator (configured by the chart) names the node folders models may come from."""
+    if not uri.startswith("file://"):
+        return None
+    path = posixpath.normpath(uri.removeprefix("file://"))
+    for prefix in allowed_prefixes:
+        root = posixpath.normpath(prefix)
+        if path == root or path.startswith(root.rstrip("/") + "/"):
+            return None
+    allowed = ", ".join(allowed_prefixes) or "none: this operator takes no file:// source"
+    return (
+        f"spec.source.uri {uri!r}: a file:// source must lie under one of the node folders the operator "
+        f"allows ({allowed}; the chart's fileSourcePrefixes); use pvc:// otherwise"
+    )
 
 
 def locate_source(uri: str) -> Location:

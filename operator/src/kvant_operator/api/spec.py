@@ -190,6 +190,19 @@ class WeightsSpec(ApiModel):
 class CalibrationSpec(ApiModel):
     """The calibration run that measures per-layer FP8 KV scales."""
 
+    rules = (
+        Rule(
+            cel="self.dataset == 'builtin' || (!self.dataset.startsWith('/') && "
+            "!self.dataset.matches('(^|/)[.][.](/|$)'))",
+            message="spec.kvCache.calibration.dataset must be builtin or a relative path inside the source "
+            "(no leading '/', no '..')",
+            field_path=".dataset",
+            holds=lambda c: (
+                c.dataset == "builtin" or (not c.dataset.startswith("/") and ".." not in c.dataset.split("/"))
+            ),
+        ),
+    )
+
     samples: int = Field(default=128, ge=1, le=4096, description="Number of calibration sequences.")
     sequence_length: int = Field(
         default=2048, ge=16, le=131072, description="Tokens per calibration sequence."

@@ -23,6 +23,7 @@ from kvant_operator.reconcile.serving_step import ready_while_blocked, serve
 from kvant_operator.reconcile.state import Blocked, ConditionLog, Obj, Outcome, Pass
 from kvant_operator.reconcile.status_patch import invalid_spec, outcome
 from kvant_operator.settings import OperatorSettings
+from kvant_operator.sources import file_source_refusal
 
 
 class Reconciler:
@@ -58,6 +59,9 @@ class Reconciler:
             resync=resync,
         )
         try:
+            refusal = file_source_refusal(spec.source.uri, self.settings.file_source_prefixes)
+            if refusal is not None:
+                raise p.fail("SourceNotAllowed", refusal, "fix spec.source.uri; see Degraded")
             ensure_plan(p, self.kube, self.settings)
             ensure_artifact(p, self.kube, self.settings)
             gate_on_evaluation(p, self.kube, self.settings)
