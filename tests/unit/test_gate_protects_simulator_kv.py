@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
+import pytest
 
 from kvant_runtime.gate.engine_metrics import parse_engine_metrics
 from kvant_runtime.sim.cost import CostModel
@@ -21,6 +22,13 @@ from tests.unit.gate_harness import KubeletLimitsDir, gate_in_front_of, gate_met
 KV_TOKENS = 1000
 # 400 ASCII characters ≈ 100 prompt tokens, + 100 new tokens: 200 KV tokens per request at the end.
 BODY = {"text": "x" * 400, "sampling_params": {"max_new_tokens": 100}}
+# Shapes that hold more than one sequence: 4 parallel samples share the prompt (100 + 4 x 100), and a
+# batch of 3 prompts holds 3 x (100 + 100). The gate must cost them at that, or the engine retracts.
+SHAPES = {
+    "single": BODY,
+    "n4": {"text": "x" * 400, "sampling_params": {"max_new_tokens": 100, "n": 4}},
+    "batch3": {"text": ["x" * 400, "y" * 400, "z" * 400], "sampling_params": {"max_new_tokens": 100}},
+}
 BURST = 10
 FAST = CostModel(decode_base_s=0.0005, decode_per_request_s=0.0, prefill_per_token_s=0.0)
 
@@ -39,22 +47,25 @@ async def _retracted(session: aiohttp.ClientSession, engine_url: str) -> float:
         return parse_engine_metrics(await resp.text()).retracted_total
 
 
-async def _burst(session: aiohttp.ClientSession, url: str) -> list[int]:
+async def _burst(session: aiohttp.ClientSession, url: str, body: dict) -> list[int]:
     async def one() -> int:
-        async with session.post(url + "/generate", json=BODY) as resp:
+        async with session.post(url + "/generate", json=body) as resp:
             await resp.read()
             return resp.status
 
     return list(await asyncio.gather(*(one() for _ in range(BURST))))
 
 
-def test_direct_burst_retracts_but_through_the_gate_it_does_not(tmp_path):
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_direct_burst_retracts_but_through_the_gate_it_does_not(tmp_path, shape):
+    body = SHAPES[shape]
+
     async def scenario() -> None:
         limits = KubeletLimitsDir(tmp_path)
         limits.write({"maxConcurrency": 64, "targetTokenUsage": 0.9, "concurrency": {"min": 1}})
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
             async with serving(_simulator().app()) as direct_url:
-                assert await _burst(session, direct_url) == [200] * BURST
+                assert await _burst(session, direct_url, body) == [200] * BURST
                 assert await _retracted(session, direct_url) > 0  # the control: the cache was overrun
 
             async with (
@@ -78,7 +89,7 @@ def test_direct_burst_retracts_but_through_the_gate_it_does_not(tmp_path):
                         await asyncio.sleep(0)
 
                 watcher = asyncio.create_task(watch())
-                statuses = await _burst(session, url)
+                statuses = await _burst(session, url, body)
                 watcher.cancel()
                 assert statuses == [200] * BURST
                 assert await _retracted(session, engine_url) == 0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvant_runtime.tokens import DEFAULT_MAX_NEW_TOKENS, estimate_prompt_tokens, requested_new_tokens
+from kvant_runtime.request_cost import BadRequest, output_limit
+from kvant_runtime.tokens import estimate_prompt_tokens
 
 
 @pytest.mark.parametrize(
@@ -32,15 +33,15 @@ def test_prompt_tokens(body, tokens):
         ({"sampling_params": {"max_new_tokens": 9}}, 9),
         ({"max_completion_tokens": 7, "max_tokens": 3}, 7),
         ({"max_tokens": 3}, 3),
-        ({}, DEFAULT_MAX_NEW_TOKENS),
+        ({}, None),  # none named: the caller decides (the gate reserves defaultMaxTokens)
     ],
 )
-def test_requested_new_tokens(body, tokens):
-    assert requested_new_tokens(body) == tokens
+def test_output_limit(body, tokens):
+    assert output_limit(body) == tokens
 
 
 def test_bad_lengths_and_batches_are_refused():
-    with pytest.raises(ValueError, match="non-negative integer"):
-        requested_new_tokens({"max_tokens": "many"})
+    with pytest.raises(BadRequest, match="max_tokens must be a whole number"):
+        output_limit({"max_tokens": "many"})
     with pytest.raises(ValueError, match="batches are not supported"):
         estimate_prompt_tokens({"text": ["a", "b"]})

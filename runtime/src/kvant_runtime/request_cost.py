@@ -62,17 +62,17 @@ def cost_request(path: str, body: bytes, default_max_tokens: int) -> Cost:
     if not isinstance(payload, dict):
         # Not a JSON object (a multipart upload, a malformed body): cost it by size; the engine judges.
         return Cost(-(-len(body) // BYTES_PER_TOKEN) + default_max_tokens, body)
-    prompts = _prompt_tokens(payload)
-    samples = _samples(payload)
+    prompts = prompt_tokens(payload)
+    parallel = samples(payload)
     if path in PROMPT_ONLY_PATHS:
         return Cost(sum(prompts), body)
-    limit = _output_limit(payload)
+    limit = output_limit(payload)
     if limit is None:
         limit, body = _with_limit(path, payload, body, default_max_tokens)
-    return Cost(sum(prompts) + len(prompts) * samples * limit, body)
+    return Cost(sum(prompts) + len(prompts) * parallel * limit, body)
 
 
-def _prompt_tokens(payload: dict[str, Any]) -> list[int]:
+def prompt_tokens(payload: dict[str, Any]) -> list[int]:
     """One entry per prompt of the request (a batch has several)."""
     for key in ("input_ids", "text", "prompt", "input"):
         value = payload.get(key)
@@ -98,7 +98,7 @@ def _one_prompt(item: object) -> int:
     raise BadRequest(f"a prompt must be text or a list of token ids, got {type(item).__name__}")
 
 
-def _samples(payload: dict[str, Any]) -> int:
+def samples(payload: dict[str, Any]) -> int:
     sampling = _sampling(payload)
     values = [payload.get("n"), payload.get("parallel_sample_num"), sampling.get("n")]
     found = [_whole("n", v) for v in values if v is not None]
@@ -108,7 +108,7 @@ def _samples(payload: dict[str, Any]) -> int:
     return samples
 
 
-def _output_limit(payload: dict[str, Any]) -> int | None:
+def output_limit(payload: dict[str, Any]) -> int | None:
     sampling = _sampling(payload)
     if sampling.get("max_new_tokens") is not None:
         return _whole("sampling_params.max_new_tokens", sampling["max_new_tokens"])

@@ -10,9 +10,9 @@ therefore agree on what a request costs in KV:
 - chat `messages`: the text rule on each message's text content, plus
   `CHAT_TOKENS_PER_MESSAGE` for the role markers a chat template adds.
 
-The requested output length is `sampling_params.max_new_tokens` (`/generate`),
-else `max_completion_tokens`, else `max_tokens` (OpenAI), else
-`DEFAULT_MAX_NEW_TOKENS`, which is SGLang's own default for `max_new_tokens`.
+What a whole request costs (batches, parallel samples, the output limit in every
+form SGLang reads) is `kvant_runtime.request_cost`; `DEFAULT_MAX_NEW_TOKENS` is
+SGLang's own default for `/generate`'s `max_new_tokens`.
 
 The text rule is typically within ±15 % of a BPE tokenizer on prose and can
 under-count code or JSON by more. The gate reserves a request's whole
@@ -58,14 +58,3 @@ def message_text(message: dict[str, Any]) -> str:
     if isinstance(content, str):
         return content
     return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-
-
-def requested_new_tokens(body: dict[str, Any]) -> int:
-    """The output tokens a request asks for (its worst-case KV growth)."""
-    sampling = body.get("sampling_params") or {}
-    for value in (sampling.get("max_new_tokens"), body.get("max_completion_tokens"), body.get("max_tokens")):
-        if value is not None:
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"the output length must be a non-negative integer, got {value!r}")
-            return value
-    return DEFAULT_MAX_NEW_TOKENS

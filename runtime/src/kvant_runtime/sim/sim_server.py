@@ -1,7 +1,10 @@
 """The simulator's HTTP API: the parts of SGLang's that clients, the gate and Prometheus use.
 
 - `POST /generate`: SGLang's native API (`text` or `input_ids`, `sampling_params`,
-  `stream`); streamed chunks carry the text so far, as SGLang's do.
+  `stream`); streamed chunks carry the text so far, as SGLang's do. A batch (a list of
+  prompts) or parallel samples (`n`) run one sequence each and answer with a list, as
+  SGLang does; the samples of one prompt share its KV, so after the first each holds (and
+  reports as `prompt_tokens`) a single token. Such requests are answered whole, not streamed.
 - `POST /v1/completions`, `POST /v1/chat/completions`: OpenAI-compatible, with
   SSE streaming; a final usage chunk when `stream_options.include_usage` is set.
 - `GET /health`, `GET /health_generate` (runs a one-token request),
@@ -21,11 +24,12 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from kvant_runtime.request_cost import output_limit, prompt_tokens, samples
 from kvant_runtime.sim.engine import Engine, RequestRejected
 from kvant_runtime.sim.realtime import RealTimeEngine, Stream
 from kvant_runtime.sim.sim_metrics import EngineMetrics
 from kvant_runtime.sim.text import detokenize
-from kvant_runtime.tokens import estimate_prompt_tokens, requested_new_tokens
+from kvant_runtime.tokens import DEFAULT_MAX_NEW_TOKENS
 
 SGLANG_API_VERSION = "0.5.23"
 
@@ -90,7 +94,14 @@ class SimServer:
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         body = await read_json(request)
-        stream = self._submit(body, key=body.get("input_ids") or body.get("text"))
+        streams = self._submit(body, key=body.get("input_ids") or body.get("text"))
+        if len(streams) > 1:  # a batch, or parallel samples: SGLang answers with a list
+            results = [
+                {"text": detokenize(ids), "output_ids": ids, "meta_info": meta_info(stream)}
+                for stream, ids in zip(streams, await self._collect_all(streams), strict=True)
+            ]
+            return web.json_response(results)
+        stream = streams[0]
         if not body.get("stream"):
             ids: list[int] = await collect(self.runner, stream)
             return web.json_response(
@@ -106,34 +117,55 @@ class SimServer:
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await read_json(request)
-        stream = self._submit(body, key=body.get("prompt"))
-        return await self._openai(request, body, stream, "text_completion", completion_choice)
+        streams = self._submit(body, key=body.get("prompt"))
+        return await self._openai(request, body, streams, "text_completion", completion_choice)
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         body = await read_json(request)
         if not isinstance(body.get("messages"), list) or not body["messages"]:
             raise ValueError("'messages' must be a non-empty list of {role, content} objects")
-        stream = self._submit(body, key=body["messages"])
-        return await self._openai(request, body, stream, "chat.completion", chat_choice)
+        streams = self._submit(body, key=body["messages"])
+        return await self._openai(request, body, streams, "chat.completion", chat_choice)
 
-    def _submit(self, body: dict[str, Any], key: object) -> Stream:
-        prompt_key = json.dumps(key, sort_keys=True)
-        prompt_tokens, new_tokens = estimate_prompt_tokens(body), requested_new_tokens(body)
-        return self.runner.submit(prompt_tokens, new_tokens, prompt_key, bool(body.get("stream")))
+    def _submit(self, body: dict[str, Any], key: object) -> list[Stream]:
+        """One sequence per prompt of a batch and per parallel sample (`n`), costed by the same rules
+        as the gate's (`kvant_runtime.request_cost`). Parallel samples of one prompt share its KV
+        (SGLang's radix cache holds the prefix once), so only the first sample holds the prompt."""
+        prompts, parallel = prompt_tokens(body), samples(body)
+        limit = output_limit(body)
+        limit = DEFAULT_MAX_NEW_TOKENS if limit is None else limit
+        streaming = bool(body.get("stream"))
+        if streaming and len(prompts) * parallel > 1:
+            raise ValueError(
+                "the simulator streams one sequence per request; send batches and n > 1 unstreamed"
+            )
+        streams = []
+        for i, tokens in enumerate(prompts):
+            for j in range(parallel):
+                seed = json.dumps(key if (i, j) == (0, 0) else [key, i, j], sort_keys=True)
+                streams.append(self.runner.submit(tokens if j == 0 else 1, limit, seed, streaming))
+        return streams
+
+    async def _collect_all(self, streams: list[Stream]) -> list[list[int]]:
+        return list(await asyncio.gather(*(collect(self.runner, s) for s in streams)))
 
     async def _openai(
-        self, request: web.Request, body: dict[str, Any], stream: Stream, kind: str, choice: ChoiceFormat
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        streams: list[Stream],
+        kind: str,
+        choice: ChoiceFormat,
     ) -> web.StreamResponse:
+        stream = streams[0]
         head = {"id": stream.request.rid, "created": int(time.time()), "model": self.info.model_name}
         if not body.get("stream"):
-            ids = await collect(self.runner, stream)
-            result = {
-                **head,
-                "object": kind,
-                "choices": [choice(ids, False, "length")],
-                "usage": usage(stream),
-            }
-            return web.json_response(result)
+            outputs = await self._collect_all(streams)
+            choices = [{**choice(ids, False, "length"), "index": index} for index, ids in enumerate(outputs)]
+            totals = [usage(s) for s in streams]
+            summed = {key: sum(u[key] for u in totals) for key in ("prompt_tokens", "completion_tokens")}
+            summed["total_tokens"] = summed["prompt_tokens"] + summed["completion_tokens"]
+            return web.json_response({**head, "object": kind, "choices": choices, "usage": summed})
         response = await open_sse(request)
         chunk_head = {**head, "object": f"{kind}.chunk" if kind == "chat.completion" else kind}
         async for token in tokens_of(self.runner, stream):
