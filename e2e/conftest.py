@@ -165,26 +165,31 @@ def _namespace_name(node: pytest.Item) -> str:
 
 
 def _namespace_objects(name: str, artifacts: str) -> list[Obj]:
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    return [namespace, *node_folder_claim(name, "kvant-artifacts", artifacts, "ReadWriteMany")]
+
+
+def node_folder_claim(namespace: str, claim: str, node_path: str, access: str) -> list[Obj]:
+    """A PersistentVolume over a node folder (PV `<namespace>-<claim>`) and the claim bound to it."""
     return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
         {
             "apiVersion": "v1",
             "kind": "PersistentVolume",
-            "metadata": {"name": f"{name}-artifacts"},
+            "metadata": {"name": f"{namespace}-{claim}"},
             "spec": {
                 "capacity": {"storage": "10Gi"},
-                "accessModes": ["ReadWriteMany"],
+                "accessModes": [access],
                 "storageClassName": "kvant-local",
-                "hostPath": {"path": artifacts, "type": "Directory"},
-                "claimRef": {"namespace": name, "name": "kvant-artifacts"},
+                "hostPath": {"path": node_path, "type": "Directory"},
+                "claimRef": {"namespace": namespace, "name": claim},
             },
         },
         {
             "apiVersion": "v1",
             "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "kvant-artifacts", "namespace": name},
+            "metadata": {"name": claim, "namespace": namespace},
             "spec": {
-                "accessModes": ["ReadWriteMany"],
+                "accessModes": [access],
                 "storageClassName": "kvant-local",
                 "resources": {"requests": {"storage": "10Gi"}},
             },

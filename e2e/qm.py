@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import urllib.request
 from typing import Any
 
 from kubernetes import client
@@ -70,6 +71,17 @@ def wait_ready(cluster: LocalCluster, namespace: str, name: str, timeout: int = 
         return qm if current and status.get("phase") == "Ready" and is_true(qm, "Ready") else None
 
     return wait_for(ready, timeout, f"qm/{name} to be Ready for its current generation")
+
+
+def generate(url: str, new_tokens: int = 2, timeout: float = 30) -> Obj:
+    """One /generate through the model's Service; returns SGLang's answer (fails on a non-200)."""
+    body = json.dumps({"text": "hello", "sampling_params": {"max_new_tokens": new_tokens}}).encode()
+    request = urllib.request.Request(
+        f"{url}/generate", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        answer: Obj = json.load(response)
+    return answer
 
 
 def metric_value(text: str, name: str, labels: str = "") -> float | None:

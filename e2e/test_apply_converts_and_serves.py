@@ -4,13 +4,12 @@ then `kubectl scale` through the scale subresource adds a replica."""
 from __future__ import annotations
 
 import json
-import urllib.request
 
 import pytest
 from kubernetes import client
 from tests.kube_wait import wait_for
 
-from e2e.qm import apply, get_qm, is_true, service_url, serving_pods, wait_ready
+from e2e.qm import apply, generate, get_qm, is_true, service_url, serving_pods, wait_ready
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
@@ -39,15 +38,8 @@ def test_apply_converts_calibrates_and_serves_ready(cluster, operator, namespace
     pod = serving_pods(cluster, namespace, "tiny")[0]
     engine_args = next(c for c in pod.spec.containers if c.name == "engine").args
     assert engine_args[engine_args.index("--kv-tokens") + 1] == str(status["plan"]["kvTokensPerReplica"])
-    body = json.dumps({"text": "hello", "sampling_params": {"max_new_tokens": 4}}).encode()
-    request = urllib.request.Request(
-        f"{service_url(cluster, namespace, 'tiny')}/generate",
-        data=body,
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert response.status == 200
-        assert json.load(response)["meta_info"]["completion_tokens"] == 4
+    answer = generate(service_url(cluster, namespace, "tiny"), new_tokens=4)
+    assert answer["meta_info"]["completion_tokens"] == 4
 
     cluster.kubectl("scale", "-n", namespace, "qm/tiny", "--replicas=2")
     wait_for(

@@ -6,12 +6,12 @@ a file:// source is a hostPath volume, which restricted refuses."""
 from __future__ import annotations
 
 import json
-import urllib.request
 
 import pytest
 from tests.kube_wait import wait_for
 
-from e2e.qm import apply, get_qm, is_true, service_url, wait_ready
+from e2e.conftest import node_folder_claim
+from e2e.qm import apply, generate, get_qm, is_true, service_url, wait_ready
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
@@ -20,30 +20,7 @@ def test_a_model_reaches_ready_under_restricted(cluster, operator, namespace, ti
     cluster.kubectl(
         "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted", "--overwrite"
     )
-    models = [
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": f"{namespace}-models"},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadOnlyMany"],
-                "storageClassName": "kvant-local",
-                "hostPath": {"path": node_checkpoint.removeprefix("file://"), "type": "Directory"},
-                "claimRef": {"namespace": namespace, "name": "models"},
-            },
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "models", "namespace": namespace},
-            "spec": {
-                "accessModes": ["ReadOnlyMany"],
-                "storageClassName": "kvant-local",
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        },
-    ]
+    models = node_folder_claim(namespace, "models", node_checkpoint.removeprefix("file://"), "ReadOnlyMany")
     for obj in models:
         cluster.kubectl("apply", "-f", "-", input=json.dumps(obj))
     try:
@@ -62,13 +39,6 @@ def test_a_model_reaches_ready_under_restricted(cluster, operator, namespace, ti
             security = pod["spec"]["securityContext"]
             assert security["runAsNonRoot"] and security["seccompProfile"]["type"] == "RuntimeDefault"
             assert pod["spec"]["automountServiceAccountToken"] is False
-        body = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 2}}).encode()
-        request = urllib.request.Request(
-            f"{service_url(cluster, namespace, 'strict')}/generate",
-            data=body,
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=30) as response:
-            assert response.status == 200
+        assert generate(service_url(cluster, namespace, "strict"))["meta_info"]["completion_tokens"] == 2
     finally:
         cluster.kubectl("delete", "pv", f"{namespace}-models", "--wait=false")

@@ -36,6 +36,7 @@ import random
 from dataclasses import dataclass, field
 
 from kvant_runtime.sim.cost import CostModel
+from kvant_runtime.sim.output_lengths import OutputLengths
 from kvant_runtime.sim.text import VOCAB_SIZE
 
 # SGLang's defaults (python/sglang/srt/environ.py), named after their environment variables.
@@ -55,6 +56,7 @@ class EngineConfig:
     new_token_ratio: float = INIT_NEW_TOKEN_RATIO  # the initial ratio; see the module docstring
     seed: int = 0
     cost: CostModel = field(default_factory=CostModel)
+    output_lengths: OutputLengths | None = None  # None: every request runs to its max_new_tokens
 
 
 @dataclass(eq=False)
@@ -70,10 +72,17 @@ class Request:
     finish_time: float | None = None
     retractions: int = 0
     aborted: bool = False
+    natural_new_tokens: int | None = None  # where the model would emit EOS; None: never before the limit
+
+    @property
+    def stopped(self) -> bool:
+        """Finished at EOS, before its limit (finish_reason `stop`)."""
+        natural = self.natural_new_tokens
+        return natural is not None and natural < self.max_new_tokens and len(self.output_ids) >= natural
 
     @property
     def finished(self) -> bool:
-        return len(self.output_ids) >= self.max_new_tokens or self.aborted
+        return len(self.output_ids) >= self.max_new_tokens or self.stopped or self.aborted
 
     @property
     def remaining_new_tokens(self) -> int:
@@ -130,12 +139,22 @@ class Engine:
         return not self.waiting and not self.running
 
     def submit(
-        self, rid: str, prompt_tokens: int, max_new_tokens: int, now: float, prompt_key: str
+        self,
+        rid: str,
+        prompt_tokens: int,
+        max_new_tokens: int,
+        now: float,
+        prompt_key: str,
+        *,
+        ignore_eos: bool = False,
     ) -> Request:
-        """Queue a request; `prompt_key` seeds its output so equal requests get equal text."""
+        """Queue a request; `prompt_key` seeds its output (and its natural length) so equal requests
+        get equal text. Like SGLang, admission plans for `max_new_tokens`: it cannot know where EOS is."""
         self._check_fits(prompt_tokens, max_new_tokens)
         rng = random.Random(f"{self.config.seed}/{prompt_key}/{max_new_tokens}")
-        request = Request(rid, max(prompt_tokens, 1), max_new_tokens, now, rng)
+        lengths = self.config.output_lengths
+        natural = None if ignore_eos or lengths is None else lengths.draw(rng)
+        request = Request(rid, max(prompt_tokens, 1), max_new_tokens, now, rng, natural_new_tokens=natural)
         self.waiting.append(request)
         return request
 

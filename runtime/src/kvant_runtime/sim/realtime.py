@@ -32,11 +32,21 @@ class RealTimeEngine:
         self._work = asyncio.Event()
         self._ids = itertools.count()
 
-    def submit(self, prompt_tokens: int, max_new_tokens: int, prompt_key: str, is_streaming: bool) -> Stream:
+    def submit(
+        self,
+        prompt_tokens: int,
+        max_new_tokens: int,
+        prompt_key: str,
+        is_streaming: bool,
+        *,
+        ignore_eos: bool = False,
+    ) -> Stream:
         """Queue a request; raises RequestRejected when it could never run."""
         now = asyncio.get_running_loop().time()
         rid = f"sim-{next(self._ids)}"
-        request = self.engine.submit(rid, prompt_tokens, max_new_tokens, now, prompt_key)
+        request = self.engine.submit(
+            rid, prompt_tokens, max_new_tokens, now, prompt_key, ignore_eos=ignore_eos
+        )
         stream = Stream(request, is_streaming)
         self._streams[request] = stream
         self.metrics.observe_state(self.engine)

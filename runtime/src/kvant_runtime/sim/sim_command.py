@@ -41,6 +41,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "and jumps after a retraction as in SGLang (SGLANG_INIT_NEW_TOKEN_RATIO, default 0.7)",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--output-lengths",
+        metavar="SPEC",
+        help="natural answer lengths before max_new_tokens: lognormal:MEDIAN,SIGMA or file:PATH "
+        "(default: every request runs to its limit); see kvant_runtime.sim.output_lengths",
+    )
     cost = parser.add_argument_group("cost model (see kvant_runtime.sim.cost)")
     cost.add_argument(
         "--decode-base-ms", type=float, default=10.0, help="decode step time at batch 1, no context"
@@ -63,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
     from kvant_runtime.sim.cost import CostModel  # noqa: PLC0415
     from kvant_runtime.sim.engine import Engine, EngineConfig  # noqa: PLC0415
+    from kvant_runtime.sim.output_lengths import OutputLengthsError, parse_output_lengths  # noqa: PLC0415
     from kvant_runtime.sim.plan_file import PlanError, read_plan_capacity  # noqa: PLC0415
     from kvant_runtime.sim.sim_server import ServerInfo, SimServer  # noqa: PLC0415
 
@@ -80,6 +87,11 @@ def run(args: argparse.Namespace) -> int:
         if value <= 0:
             print(f"kvant sim: {flag} must be a positive integer, got {value}", file=sys.stderr)
             return 2
+    try:
+        lengths = parse_output_lengths(args.output_lengths) if args.output_lengths else None
+    except OutputLengthsError as error:
+        print(f"kvant sim: {error}", file=sys.stderr)
+        return 2
     cost = CostModel(
         decode_base_s=args.decode_base_ms / 1e3,
         decode_per_request_s=args.decode_per_request_ms / 1e3,
@@ -95,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
         new_token_ratio=args.new_token_ratio,
         seed=args.seed,
         cost=cost,
+        output_lengths=lengths,
     )
     server = SimServer(Engine(config), ServerInfo(args.model_name, dtype, page_size))
     logging.basicConfig(level=logging.INFO, format="%(message)s")

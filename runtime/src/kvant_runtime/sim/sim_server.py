@@ -32,6 +32,7 @@ from kvant_runtime.sim.text import detokenize
 from kvant_runtime.tokens import DEFAULT_MAX_NEW_TOKENS
 
 SGLANG_API_VERSION = "0.5.23"
+EOS_TOKEN_ID = 2  # what `matched` reports when a simulated answer ends at EOS
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -135,6 +136,9 @@ class SimServer:
         limit = output_limit(body)
         limit = DEFAULT_MAX_NEW_TOKENS if limit is None else limit
         streaming = bool(body.get("stream"))
+        params = body.get("sampling_params")
+        sampling: dict[str, Any] = params if isinstance(params, dict) else {}
+        ignore_eos = bool(sampling.get("ignore_eos", body.get("ignore_eos", False)))
         if streaming and len(prompts) * parallel > 1:
             raise ValueError(
                 "the simulator streams one sequence per request; send batches and n > 1 unstreamed"
@@ -143,7 +147,8 @@ class SimServer:
         for i, tokens in enumerate(prompts):
             for j in range(parallel):
                 seed = json.dumps(key if (i, j) == (0, 0) else [key, i, j], sort_keys=True)
-                streams.append(self.runner.submit(tokens if j == 0 else 1, limit, seed, streaming))
+                held = tokens if j == 0 else 1
+                streams.append(self.runner.submit(held, limit, seed, streaming, ignore_eos=ignore_eos))
         return streams
 
     async def _collect_all(self, streams: list[Stream]) -> list[list[int]]:
@@ -161,7 +166,10 @@ class SimServer:
         head = {"id": stream.request.rid, "created": int(time.time()), "model": self.info.model_name}
         if not body.get("stream"):
             outputs = await self._collect_all(streams)
-            choices = [{**choice(ids, False, "length"), "index": index} for index, ids in enumerate(outputs)]
+            choices = [
+                {**choice(ids, False, finish_reason(s)), "index": index}
+                for index, (s, ids) in enumerate(zip(streams, outputs, strict=True))
+            ]
             totals = [usage(s) for s in streams]
             summed = {key: sum(u[key] for u in totals) for key in ("prompt_tokens", "completion_tokens")}
             summed["total_tokens"] = summed["prompt_tokens"] + summed["completion_tokens"]
@@ -170,7 +178,7 @@ class SimServer:
         chunk_head = {**head, "object": f"{kind}.chunk" if kind == "chat.completion" else kind}
         async for token in tokens_of(self.runner, stream):
             await send_sse(response, {**chunk_head, "choices": [choice([token], True, None)]})
-        await send_sse(response, {**chunk_head, "choices": [choice([], True, "length")]})
+        await send_sse(response, {**chunk_head, "choices": [choice([], True, finish_reason(stream))]})
         if (body.get("stream_options") or {}).get("include_usage"):
             await send_sse(response, {**chunk_head, "choices": [], "usage": usage(stream)})
         return await close_sse(response)
@@ -255,9 +263,17 @@ def meta_info(stream: Stream) -> dict[str, Any]:
         "finish_reason": None,
     }
     if request.finish_time is not None:
-        meta["finish_reason"] = {"type": "length", "length": len(request.output_ids)}
+        if request.stopped:
+            meta["finish_reason"] = {"type": "stop", "matched": EOS_TOKEN_ID}
+        else:
+            meta["finish_reason"] = {"type": "length", "length": len(request.output_ids)}
         meta["e2e_latency"] = request.finish_time - request.arrival
     return meta
+
+
+def finish_reason(stream: Stream) -> str:
+    """OpenAI's finish_reason: `stop` at EOS, `length` at max_tokens."""
+    return "stop" if stream.request.stopped else "length"
 
 
 def usage(stream: Stream) -> dict[str, int]:
