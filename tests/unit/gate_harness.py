@@ -60,6 +60,7 @@ class HeldEngine:
         self.url = ""
         self.seen: list[tuple[str, str]] = []  # (method, path) of every request that reached it
         self.bodies: list[Any] = []  # the JSON bodies of generation requests, as forwarded
+        self.completion_tokens = 16  # what /generate reports it generated (the gate's forecast learns it)
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._record])
@@ -85,7 +86,8 @@ class HeldEngine:
         body = await request.json()
         self.bodies.append(body)
         await self._hold()
-        return web.json_response({"text": "ok", "meta_info": {"echo": body}})
+        meta = {"echo": body, "completion_tokens": self.completion_tokens}
+        return web.json_response({"text": "ok", "meta_info": meta})
 
     async def _chat_stream(self, request: web.Request) -> web.StreamResponse:
         self.bodies.append(await request.json())

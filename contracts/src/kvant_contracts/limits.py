@@ -24,6 +24,8 @@ Mode = Literal["enforce", "observe", "off"]
 MODES: tuple[Mode, ...] = ("enforce", "observe", "off")
 Oversize = Literal["refuse", "runAlone"]
 OVERSIZE: tuple[Oversize, ...] = ("refuse", "runAlone")
+AdmissionMode = Literal["forecast", "worstCase"]
+ADMISSION_MODES: tuple[AdmissionMode, ...] = ("forecast", "worstCase")
 LIMITS_FILE = "limits.yaml"  # the ConfigMap key, hence the file name in the gate's mount
 # What the operator always writes, so a file missing one of them is incomplete, not "defaults".
 FILE_FIELDS = (
@@ -71,6 +73,10 @@ class Limits:
     defaultMaxTokens: int = 2048
     # A request that needs more KV than the whole budget: 413 (refuse), or run it with nothing else.
     oversizeRequests: Oversize = "refuse"
+    # What a request reserves: its prompt plus a forecast of its output (learned from the model's
+    # answers), or its whole output limit (worstCase: never a retraction, fewer requests admitted).
+    admission: AdmissionMode = "forecast"
+    forecastQuantile: float = 0.95
 
     @property
     def concurrency_ceiling(self) -> int:
@@ -113,6 +119,8 @@ def parse_limits(data: object, source: str = "limits") -> Limits:
         retryAfterSeconds=top.integer("retryAfterSeconds", defaults.retryAfterSeconds, minimum=1),
         defaultMaxTokens=top.integer("defaultMaxTokens", defaults.defaultMaxTokens, minimum=1),
         oversizeRequests=cast(Oversize, top.choice("oversizeRequests", defaults.oversizeRequests, OVERSIZE)),
+        admission=cast(AdmissionMode, top.choice("admission", defaults.admission, ADMISSION_MODES)),
+        forecastQuantile=top.fraction("forecastQuantile", defaults.forecastQuantile),
     )
 
 

@@ -52,6 +52,9 @@ class BadRequest(ValueError):
 class Cost:
     tokens: int  # KV tokens the engine may hold for this request at most
     body: bytes  # what to forward: the request, with an output limit written in when it had none
+    prompt_tokens: int = 0  # of which: its prompts
+    sequences: int = 0  # and this many sequences (prompts x samples), each growing up to `limit`
+    limit: int = 0
 
 
 def cost_request(path: str, body: bytes, default_max_tokens: int) -> Cost:
@@ -61,15 +64,17 @@ def cost_request(path: str, body: bytes, default_max_tokens: int) -> Cost:
         payload = None
     if not isinstance(payload, dict):
         # Not a JSON object (a multipart upload, a malformed body): cost it by size; the engine judges.
-        return Cost(-(-len(body) // BYTES_PER_TOKEN) + default_max_tokens, body)
+        prompt = -(-len(body) // BYTES_PER_TOKEN)
+        return Cost(prompt + default_max_tokens, body, prompt, 1, default_max_tokens)
     prompts = prompt_tokens(payload)
     parallel = samples(payload)
     if path in PROMPT_ONLY_PATHS:
-        return Cost(sum(prompts), body)
+        return Cost(sum(prompts), body, sum(prompts), 0, 0)
     limit = output_limit(payload)
     if limit is None:
         limit, body = _with_limit(path, payload, body, default_max_tokens)
-    return Cost(sum(prompts) + len(prompts) * parallel * limit, body)
+    sequences = len(prompts) * parallel
+    return Cost(sum(prompts) + sequences * limit, body, sum(prompts), sequences, limit)
 
 
 def prompt_tokens(payload: dict[str, Any]) -> list[int]:

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, model_validator
 
+from kvant_contracts.limits import AdmissionMode, Oversize
 from kvant_operator.api.rules import ApiModel, Rule, TransitionRule
 from kvant_operator.sources import SOURCE_FORMS, SOURCE_URI
 
@@ -368,7 +369,8 @@ class ServingSpec(ApiModel):
     engine_args: list[EngineArg] = _engine_args_field()
 
 
-OversizeRequests = Literal["refuse", "runAlone"]
+# The gate's own enums, from the limits contract: the CR offers exactly what the gate understands.
+OversizeRequests = Oversize
 
 
 class LimitsSpec(ApiModel):
@@ -388,6 +390,18 @@ class LimitsSpec(ApiModel):
         description="Output tokens reserved for a request that sets no limit (an OpenAI chat request "
         "without max_tokens would otherwise generate up to the context length); the gate writes this "
         "limit into the request it forwards.",
+    )
+    admission: AdmissionMode = Field(
+        default="forecast",
+        description="What a request reserves in the KV budget: its prompt plus a forecast of its output "
+        "learned from the model's recent answers (forecast), or its whole output limit (worstCase: the "
+        "engine never retracts, but fewer requests are admitted when answers end early).",
+    )
+    forecast_quantile: float = Field(
+        default=0.95,
+        gt=0.0,
+        le=1.0,
+        description="With forecast admission: the quantile of recent output lengths reserved per sequence.",
     )
     oversize_requests: OversizeRequests = Field(
         default="refuse",

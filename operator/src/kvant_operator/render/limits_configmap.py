@@ -35,6 +35,8 @@ def limits_for(spec: QuantizedModelSpec, effective_concurrency: int | None) -> L
         concurrency=ConcurrencyBounds(min=min(spec.protection.concurrency.min, ceiling), max=ceiling),
         defaultMaxTokens=spec.limits.default_max_tokens,
         oversizeRequests=spec.limits.oversize_requests,
+        admission=spec.limits.admission,
+        forecastQuantile=spec.limits.forecast_quantile,
     )
 
 

@@ -90,18 +90,21 @@ class Admission:
         self.token_capacity = capacity
         self._dispatch()
 
-    async def acquire(self, tokens: int) -> Ticket:
-        """Waits for a slot; raises `Rejected` when the queue is full or the wait times out."""
+    async def acquire(self, tokens: int, worst_case: int | None = None) -> Ticket:
+        """Waits for a slot for a request reserving `tokens` (at most `worst_case`, by default the
+        same); raises `Rejected` when the queue is full, the wait times out, or even the worst case
+        could never fit the whole budget."""
+        worst = tokens if worst_case is None else worst_case
         if self.limits.mode != "enforce":
             over = self._over_limits(tokens) if self.limits.mode == "observe" else ()
             self._take(tokens)
             return Ticket(tokens, 0.0, over)
         budget = self.token_budget
-        if budget is not None and tokens > budget and self.limits.oversizeRequests == "refuse":
+        if budget is not None and worst > budget and self.limits.oversizeRequests == "refuse":
             raise Rejected(
                 "too_large",
                 None,
-                f"the request may hold {tokens} KV tokens, more than this replica's whole budget of "
+                f"the request may hold {worst} KV tokens, more than this replica's whole budget of "
                 f"{budget}; shorten the prompt or lower max_tokens (or set "
                 "spec.limits.oversizeRequests: runAlone)",
                 status=413,

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from kvant_contracts.limits import MODES
 from kvant_contracts.serving_pod import GATE_BUSY_REASONS
 from kvant_runtime.gate.admission import Admission
+from kvant_runtime.gate.forecast import OutputForecast
 
 # Queue waits run from 0 (admitted at once) up to queueTimeoutSeconds (30 s by default).
 WAIT_BUCKETS = (0.0, 0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -116,6 +117,20 @@ class GateMetrics:
         mode = Gauge("kvant_gate_mode", "1 for the limits file's current mode.", ["mode"], registry=r)
         for name in MODES:
             mode.labels(name).set_function(functools.partial(_mode_is, admission, name))
+
+
+def bind_forecast(metrics: GateMetrics, forecast: OutputForecast, admission: Admission) -> None:
+    """Gauges over the output forecast: what a sequence is forecast to generate, and the correction."""
+    Gauge(
+        "kvant_gate_output_forecast_tokens",
+        "Output tokens a sequence is forecast to generate (forecast admission); 0 until learned.",
+        registry=metrics.registry,
+    ).set_function(lambda: forecast.tokens(admission.limits.forecastQuantile) or 0)
+    Gauge(
+        "kvant_gate_output_forecast_widen",
+        "The live signals' correction of the forecast (1: none; more after engine pressure).",
+        registry=metrics.registry,
+    ).set_function(lambda: forecast.widen)
 
 
 def _mode_is(admission: Admission, mode: str) -> float:

@@ -27,7 +27,8 @@ from kvant_contracts.serving_pod import ENGINE_HEALTH_PATH, GATE_METRICS_PATH
 from kvant_runtime.gate.access import Access
 from kvant_runtime.gate.admission import Admission
 from kvant_runtime.gate.concurrency import ConcurrencyController
-from kvant_runtime.gate.gate_metrics import GateMetrics
+from kvant_runtime.gate.forecast import OutputForecast
+from kvant_runtime.gate.gate_metrics import GateMetrics, bind_forecast
 from kvant_runtime.gate.loops import LimitsFile, LocalLoop, watch_limits
 from kvant_runtime.gate.proxy import Proxy
 
@@ -69,6 +70,8 @@ class Gate:
         self.admission.set_token_capacity(config.planned_kv_tokens)
         self.controller = ConcurrencyController(limits)
         self.metrics = GateMetrics(self.admission)
+        self.forecast = OutputForecast()
+        bind_forecast(self.metrics, self.forecast, self.admission)
 
     def apply_limits(self, limits: Limits) -> None:
         change = self.controller.set_limits(limits)
@@ -141,7 +144,9 @@ async def running_gate(config: GateConfig) -> AsyncIterator[tuple[Gate, list[tup
         skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
     ) as session:
         access = Access(config.admin_token_file, config.api_keys_file)
-        proxy = Proxy(config.upstream, gate.admission, gate.metrics, session, access)
+        proxy = Proxy(
+            config.upstream, gate.admission, gate.metrics, session, access=access, forecast=gate.forecast
+        )
         app = web.Application()
         app.router.add_get(METRICS_PATH, gate.metrics_handler)
         app.router.add_route("*", "/{tail:.*}", proxy.handle)
@@ -161,6 +166,7 @@ async def running_gate(config: GateConfig) -> AsyncIterator[tuple[Gate, list[tup
                 controller=gate.controller,
                 metrics=gate.metrics,
                 interval=config.interval,
+                forecast=gate.forecast,
             )
             tasks = [
                 asyncio.create_task(loop.run(), name="gate-local-loop"),

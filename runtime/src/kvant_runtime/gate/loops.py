@@ -22,6 +22,7 @@ from kvant_contracts.limits import Limits, LimitsError, parse_limits_text
 from kvant_runtime.gate.admission import Admission
 from kvant_runtime.gate.concurrency import Change, ConcurrencyController, EngineSample
 from kvant_runtime.gate.engine_metrics import EngineMetricsError, fetch_engine_sample, fetch_token_capacity
+from kvant_runtime.gate.forecast import OutputForecast
 from kvant_runtime.gate.gate_metrics import GateMetrics
 
 log = logging.getLogger("kvant.gate")
@@ -92,7 +93,9 @@ class LocalLoop:
         controller: ConcurrencyController,
         metrics: GateMetrics,
         interval: float,
+        forecast: OutputForecast | None = None,
     ) -> None:
+        self.forecast = forecast or OutputForecast()
         self.session = session
         self.upstream = upstream.rstrip("/")
         self.admission = admission
@@ -116,6 +119,16 @@ class LocalLoop:
         change = self.controller.step(sample, time.monotonic(), self.admission.in_flight)
         if change is not None:
             self.apply(change)
+        # The same signals correct the output forecast: any pressure widens it, health narrows it.
+        target = self.admission.limits.targetTokenUsage
+        if (
+            sample is None
+            or sample.token_usage > target
+            or (change is not None and change.direction == "down")
+        ):
+            self.forecast.pressure()
+        else:
+            self.forecast.healthy()
 
     def apply(self, change: Change) -> None:
         self.admission.set_concurrency(change.new)

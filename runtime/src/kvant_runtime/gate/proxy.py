@@ -10,6 +10,7 @@ SSE streams are never buffered.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 import aiohttp
@@ -19,6 +20,7 @@ from yarl import URL
 
 from kvant_runtime.gate.access import Access
 from kvant_runtime.gate.admission import Admission, Rejected, Ticket
+from kvant_runtime.gate.forecast import OutputForecast
 from kvant_runtime.gate.gate_metrics import GateMetrics
 from kvant_runtime.gate.route_policy import RouteClass, classify
 from kvant_runtime.request_cost import BadRequest, cost_request
@@ -68,9 +70,12 @@ class Proxy:
         admission: Admission,
         metrics: GateMetrics,
         session: aiohttp.ClientSession,
+        *,
         access: Access | None = None,
+        forecast: OutputForecast | None = None,
     ) -> None:
         self.upstream = upstream.rstrip("/")
+        self.forecast = forecast or OutputForecast()
         self.admission = admission
         self.metrics = metrics
         self.session = session
@@ -131,18 +136,26 @@ class Proxy:
                 f"{limits.maxQueuedBytes})",
                 limits.retryAfterSeconds,
             )
+        reserve = cost.tokens
+        if limits.admission == "forecast" and cost.sequences:
+            reserve = self.forecast.reserve(
+                cost.prompt_tokens, cost.sequences, cost.limit, limits.forecastQuantile
+            )
         self.queued_bytes += len(cost.body)
         try:
-            ticket = await self.admission.acquire(cost.tokens)
+            ticket = await self.admission.acquire(reserve, worst_case=cost.tokens)
         except Rejected as rejected:
             raise Refused(rejected.status, rejected.reason, str(rejected), rejected.retry_after) from None
         finally:
             self.queued_bytes -= len(cost.body)
         self._count_admitted(ticket)
+        outputs: list[int] = []
         try:
-            return await self._forward(request, cost.body)
+            return await self._forward(request, cost.body, outputs if cost.sequences else None)
         finally:
             self.admission.release(ticket)
+            for tokens in outputs:  # what the model really generated: the forecast learns from it
+                self.forecast.observe(tokens)
 
     def _count_admitted(self, ticket: Ticket) -> None:
         self.metrics.admitted.inc()
@@ -150,7 +163,10 @@ class Proxy:
         for limit in ticket.over_limits:
             self.metrics.over_limit.labels(limit).inc()
 
-    async def _forward(self, request: web.Request, body: bytes) -> web.StreamResponse:
+    async def _forward(
+        self, request: web.Request, body: bytes, outputs: list[int] | None = None
+    ) -> web.StreamResponse:
+        """Forwards and relays; with `outputs`, appends each answered sequence's output length."""
         url = URL(self.upstream + request.raw_path, encoded=True)
         try:
             upstream = await self.session.request(
@@ -170,22 +186,28 @@ class Proxy:
         except aiohttp.ClientError as err:
             raise Refused(502, "engine_error", f"the engine at {self.upstream} failed: {err!r}") from None
         async with upstream:
-            return await _relay(request, upstream)
+            return await _relay(request, upstream, outputs if upstream.status == 200 else None)
 
 
-async def _relay(request: web.Request, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+async def _relay(
+    request: web.Request, upstream: aiohttp.ClientResponse, outputs: list[int] | None
+) -> web.StreamResponse:
     headers = _forwarded(upstream.headers)
     length = upstream.content_length
     if length is not None and length <= WHOLE_BODY_BYTES:
         # A sized, small answer (non-streaming): one read and one write beat a chunk loop.
         body = await upstream.read()
+        if outputs is not None:
+            outputs += answered_output_tokens(body)
         return web.Response(status=upstream.status, reason=upstream.reason, headers=headers, body=body)
+    events = 0  # SSE events relayed: a streamed sequence sends one per token
     response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
     if length is not None:
         response.content_length = length
     await response.prepare(request)
     try:
         async for chunk in upstream.content.iter_any():
+            events += chunk.count(b"data:")
             await response.write(chunk)
     except aiohttp.ClientError as err:
         # Headers are gone already; closing without the final chunk tells the client it is cut short.
@@ -194,7 +216,30 @@ async def _relay(request: web.Request, upstream: aiohttp.ClientResponse) -> web.
             request.transport.close()
         return response
     await response.write_eof()
+    if outputs is not None and events > 1:
+        outputs.append(events - 1)  # less the closing [DONE]
     return response
+
+
+def answered_output_tokens(body: bytes) -> list[int]:
+    """Each sequence's output length in a whole answer: SGLang's meta_info.completion_tokens (one per
+    item of a batch), or OpenAI's usage.completion_tokens shared over its choices."""
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return []
+    items = answer if isinstance(answer, list) else [answer]
+    found = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        meta, usage = item.get("meta_info"), item.get("usage")
+        if isinstance(meta, dict) and isinstance(meta.get("completion_tokens"), int):
+            found.append(meta["completion_tokens"])
+        elif isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            choices = max(1, len(item.get("choices") or []))
+            found += [usage["completion_tokens"] // choices] * choices
+    return found
 
 
 async def _read_body(request: web.Request, limit: int) -> bytes:
