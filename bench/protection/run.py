@@ -2,11 +2,17 @@
 for a BF16-KV plan and an FP8-KV plan of the same simulated GPU.
 
 Each cell runs `kvant sim` (capacity from `kvant plan` on a tiny generated checkpoint) behind
-`kvant gate` on loopback, with the limits file in mode `off` or `enforce`, under a closed-loop load
-of N clients (kvant_dev.loadgen). 1x load is the number of clients whose requests exactly fill the
-BF16 plan's KV cache. Goodput counts output tokens of requests that met the latency SLO.
+`kvant gate` on loopback, under a closed-loop load of N clients (kvant_dev.loadgen), in three modes:
+`off` (the gate only proxies), `worstCase` (enforce, each request reserves its whole max_new_tokens)
+and `forecast` (enforce, each request reserves its prompt plus the learned output forecast). 1x load
+is the number of clients whose worst-case requests exactly fill the BF16 plan's KV cache. Goodput
+counts output tokens of requests that met the latency SLO.
 
-    python bench/protection/run.py [--seconds 12] [--json out.json]
+Two workloads: the default, where every answer runs to its max_new_tokens (the kindest case for a
+worst-case reservation), and `--realistic`, where answers stop at EOS with lengths drawn from a
+lognormal (median 100 tokens) under a max_new_tokens of 600, as real clients' do.
+
+    python bench/protection/run.py [--seconds 12] [--realistic] [--json out.json]
 """
 
 from __future__ import annotations
@@ -20,8 +26,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import yaml
-
+from kvant_contracts.limits import parse_limits, render_limits
 from kvant_dev.loadgen import LoadResult, LoadShape, engine_retractions, generate_load
 from kvant_dev.netutil import free_port, http_ok, wait_until
 from kvant_operator.api.spec import KvCacheDtype, WeightFormat
@@ -59,10 +64,22 @@ def plan_capacities(checkpoint: Path, bf16_tokens: int) -> dict[str, int]:
     }
 
 
-def run_cell(workdir: Path, kv_tokens: int, mode: str, shape: LoadShape) -> tuple[LoadResult, float]:
+MODES = {
+    "off": {"mode": "off"},
+    "worstCase": {"mode": "enforce", "admission": "worstCase"},
+    "forecast": {"mode": "enforce", "admission": "forecast"},
+}
+REALISTIC_LENGTHS = "lognormal:100,0.8"  # answers' natural lengths under --realistic
+REALISTIC_MAX_NEW = 600
+
+
+def run_cell(
+    workdir: Path, kv_tokens: int, mode: str, shape: LoadShape, output_lengths: str | None
+) -> tuple[LoadResult, float]:
     engine, gate = free_port(), free_port()
     limits = workdir / f"limits-{mode}.yaml"
-    limits.write_text(yaml.safe_dump({"mode": mode, **LIMITS}))
+    limits.write_text(render_limits(parse_limits({**LIMITS, **MODES[mode]})))
+    lengths = ["--output-lengths", output_lengths] if output_lengths else []
     kvant = [sys.executable, "-m", "kvant_cli.main"]
     procs = [
         subprocess.Popen(
@@ -77,6 +94,7 @@ def run_cell(workdir: Path, kv_tokens: int, mode: str, shape: LoadShape) -> tupl
                 str(kv_tokens),
                 "--max-running-requests",
                 str(max(1, kv_tokens // 256)),
+                *lengths,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -126,27 +144,31 @@ def main() -> None:
     parser.add_argument(
         "--slo", type=float, default=8.0, help="end-to-end latency SLO, seconds (unloaded latency ~2.7 s)"
     )
+    parser.add_argument("--realistic", action="store_true", help="answers stop at EOS (see the docstring)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    new_tokens = REALISTIC_MAX_NEW if args.realistic else NEW
+    lengths = REALISTIC_LENGTHS if args.realistic else None
     workdir = Path(tempfile.mkdtemp(prefix="kvant-bench-protection-"))
     checkpoint = workdir / "tiny"
     make_tiny_checkpoint(checkpoint)
     capacity = plan_capacities(checkpoint, args.bf16_tokens)
-    one_x = max(1, capacity["bf16"] // (PROMPT + NEW))
+    one_x = max(1, capacity["bf16"] // (PROMPT + new_tokens))
     rows = []
     bf16, fp8 = capacity["bf16"], capacity["fp8_e4m3"]
+    workload = f"answers {lengths} under max_new_tokens {new_tokens}" if lengths else f"{NEW} new tokens each"
     print(f"KV capacity: bf16 {bf16} tokens, fp8 {fp8} tokens; 1x = {one_x} clients; SLO {args.slo:g} s")
+    print(f"workload: prompt {PROMPT} tokens, {workload}")
     print(
         f"{'KV':9} {'load':>4} {'mode':8} {'goodput tok/s':>13} {'retractions':>11} {'429 rate':>8} "
-        f"{'completed':>9} {'late':>4} {'goodput on/off':>14}"
+        f"{'completed':>9} {'late':>4} {'goodput ÷ off':>13}"
     )
     for dtype, tokens in capacity.items():
         for factor in (1, 2, 4):
             cell = {}
-            for mode in ("off", "enforce"):
-                result, retracted = run_cell(
-                    workdir, tokens, mode, LoadShape(one_x * factor, args.seconds, PROMPT, NEW, args.slo)
-                )
+            for mode in MODES:
+                shape = LoadShape(one_x * factor, args.seconds, PROMPT, new_tokens, args.slo)
+                result, retracted = run_cell(workdir, tokens, mode, shape, lengths)
                 answered = sum(result.statuses.values()) or 1
                 cell[mode] = {
                     "goodput": result.goodput,
@@ -155,20 +177,17 @@ def main() -> None:
                     "completed": result.completed,
                     "late": sum(1 for latency in result.latencies if latency > args.slo),
                 }
-            ratio = (
-                cell["enforce"]["goodput"] / cell["off"]["goodput"]
-                if cell["off"]["goodput"]
-                else float("inf")
-            )
+            off = cell["off"]["goodput"]
+            ratios = {m: (r["goodput"] / off if off else float("inf")) for m, r in cell.items()}
             for mode, r in cell.items():
-                shown = ratio if mode == "enforce" else ""
+                shown = f"{ratios[mode]:.2f}" if mode != "off" else ""
                 print(
-                    f"{dtype:9} {factor:>3}x {mode:8} {r['goodput']:13.0f} {r['retractions']:11.0f} "
-                    f"{r['rate429']:8.2f} {r['completed']:9d} {r['late']:4d} {shown:>14.4}"
+                    f"{dtype:9} {factor:>3}x {mode:9} {r['goodput']:13.0f} {r['retractions']:11.0f} "
+                    f"{r['rate429']:8.2f} {r['completed']:9d} {r['late']:4d} {shown:>13}"
                 )
-            rows.append({"kv": dtype, "load": factor, **{m: cell[m] for m in cell}, "ratio": ratio})
+            rows.append({"kv": dtype, "load": factor, **cell, "ratios": ratios})
     if args.json:
-        summary = {"capacity": capacity, "oneX": one_x, "slo": args.slo, "rows": rows}
+        summary = {"capacity": capacity, "oneX": one_x, "slo": args.slo, "workload": workload, "rows": rows}
         args.json.write_text(json.dumps(summary, indent=2))
 
 

@@ -9,9 +9,11 @@ user gave up is work the GPUs did for nobody.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -43,10 +45,21 @@ class LoadResult:
 
 
 async def _client(
-    session: aiohttp.ClientSession, url: str, body: dict[str, object], deadline: float, result: LoadResult
+    session: aiohttp.ClientSession,
+    url: str,
+    shape: LoadShape,
+    numbers: Iterator[int],
+    *,
+    deadline: float,
+    result: LoadResult,
 ) -> None:
     while time.monotonic() < deadline:
         started = time.monotonic()
+        # Prompts are counted at 4 bytes per token by the gate and the simulator alike
+        # (kvant_runtime.tokens). Each differs in its last bytes, so a simulator drawing natural answer
+        # lengths per prompt draws a new one for each request.
+        text = "x" * (4 * shape.prompt_tokens - 8) + f"{next(numbers) % 10**8:08d}"
+        body = {"text": text, "sampling_params": {"max_new_tokens": shape.new_tokens}}
         try:
             timeout = aiohttp.ClientTimeout(total=max(1.0, deadline - started))
             async with session.post(url, json=body, timeout=timeout) as response:
@@ -73,17 +86,14 @@ class LoadShape:
 
 
 async def run_load(base_url: str, shape: LoadShape) -> LoadResult:
-    # Prompts are counted at 4 bytes per token by the gate and the simulator alike (kvant_runtime.tokens).
-    body: dict[str, object] = {
-        "text": "x" * (4 * shape.prompt_tokens),
-        "sampling_params": {"max_new_tokens": shape.new_tokens},
-    }
+    numbers = itertools.count()
     result = LoadResult(shape.seconds, shape.slo_seconds)
     deadline = time.monotonic() + shape.seconds
     connector = aiohttp.TCPConnector(limit=shape.clients)
     async with aiohttp.ClientSession(connector=connector) as session:
         clients = [
-            _client(session, f"{base_url}/generate", body, deadline, result) for _ in range(shape.clients)
+            _client(session, f"{base_url}/generate", shape, numbers, deadline=deadline, result=result)
+            for _ in range(shape.clients)
         ]
         await asyncio.gather(*clients)
     return result
