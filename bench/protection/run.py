@@ -74,7 +74,7 @@ REALISTIC_MAX_NEW = 600
 
 
 def run_cell(
-    workdir: Path, kv_tokens: int, mode: str, shape: LoadShape, output_lengths: str | None
+    workdir: Path, kv_tokens: int, mode: str, shape: LoadShape, *, output_lengths: str | None, warmup: float
 ) -> tuple[LoadResult, float]:
     engine, gate = free_port(), free_port()
     limits = workdir / f"limits-{mode}.yaml"
@@ -117,6 +117,8 @@ def run_cell(
     try:
         wait_until(lambda: http_ok(f"http://127.0.0.1:{gate}/health"), 60, "sim + gate")
         time.sleep(2)  # let the gate's local loop see a healthy engine
+        if warmup:  # the forecast learns from the model's answers, as a serving gate has long done
+            generate_load(f"http://127.0.0.1:{gate}", replace(shape, seconds=warmup))
         before = engine_retractions(f"http://127.0.0.1:{engine}")
         result = generate_load(f"http://127.0.0.1:{gate}", shape)
         return result, engine_retractions(f"http://127.0.0.1:{engine}") - before
@@ -145,6 +147,9 @@ def main() -> None:
         "--slo", type=float, default=8.0, help="end-to-end latency SLO, seconds (unloaded latency ~2.7 s)"
     )
     parser.add_argument("--realistic", action="store_true", help="answers stop at EOS (see the docstring)")
+    parser.add_argument(
+        "--warmup", type=float, default=8.0, help="seconds of the same load before measuring (every mode)"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     new_tokens = REALISTIC_MAX_NEW if args.realistic else NEW
@@ -168,7 +173,9 @@ def main() -> None:
             cell = {}
             for mode in MODES:
                 shape = LoadShape(one_x * factor, args.seconds, PROMPT, new_tokens, args.slo)
-                result, retracted = run_cell(workdir, tokens, mode, shape, lengths)
+                result, retracted = run_cell(
+                    workdir, tokens, mode, shape, output_lengths=lengths, warmup=args.warmup
+                )
                 answered = sum(result.statuses.values()) or 1
                 cell[mode] = {
                     "goodput": result.goodput,
