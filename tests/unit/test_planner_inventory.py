@@ -105,3 +105,17 @@ def test_a_truncated_shard_is_left_to_the_converter(tmp_path: Path):
     assert len(read_header(path)) == len(TENSORS)
     with pytest.raises(HeaderError, match="truncated or corrupt shard"):
         safetensors_header.read_header(path)
+
+
+def test_overlapping_tensors_are_refused_naming_both(tmp_path: Path):
+    header = {
+        "a": {"dtype": "F16", "shape": [4], "data_offsets": [0, 8]},
+        "b": {"dtype": "F16", "shape": [4], "data_offsets": [4, 12]},
+    }
+    raw = json.dumps(header).encode()
+    path = tmp_path / "overlap.safetensors"
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw + b"\x00" * 12)
+    with pytest.raises(HeaderError, match="tensors 'a' and 'b' overlap"):
+        safetensors_header.read_header(path)
+    with pytest.raises(InventoryError, match="overlap"):
+        read_header(path)  # the planner refuses it too

@@ -9,6 +9,7 @@ dtype and shape, and its byte range against the file and against what its dtype 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import struct
@@ -69,11 +70,21 @@ def read_header(path: Path, *, complete: bool = True) -> dict[str, HeaderEntry]:
     if not isinstance(header, dict):
         raise HeaderError(f"{path}: corrupt safetensors header (not a JSON object)")
     data_start = 8 + header_len
-    return {
+    entries = {
         name: _entry(path, name, entry, data_start, size if complete else None)
         for name, entry in header.items()
         if name != "__metadata__"
     }
+    _refuse_overlaps(path, entries)
+    return entries
+
+
+def _refuse_overlaps(path: Path, entries: dict[str, HeaderEntry]) -> None:
+    """Two tensors sharing bytes would let one tensor's data masquerade as another's."""
+    spans = sorted((e.offset, e.offset + e.nbytes, e.name) for e in entries.values() if e.nbytes)
+    for (_, end, name), (begin, _, other) in itertools.pairwise(spans):
+        if begin < end:
+            raise HeaderError(f"{path}: tensors {name!r} and {other!r} overlap in the file (corrupt header)")
 
 
 def _entry(path: Path, name: str, entry: object, data_start: int, size: int | None) -> HeaderEntry:
