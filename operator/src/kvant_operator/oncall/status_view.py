@@ -134,7 +134,8 @@ def render_text(model: ModelStatus) -> str:
         rows = [header] + [_row(r) for r in model.replicas]
         widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
         lines += [
-            "  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows
+            ("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))).rstrip()
+            for row in rows
         ]
         lines.append(f"  (retracted: {model.retractions_window}; 429/503: since the gate started)")
         lines += [f"  {r.pod}: {r.error}" for r in model.replicas if r.error]
