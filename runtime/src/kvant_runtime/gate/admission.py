@@ -1,16 +1,18 @@
 """Admission: who may run now, who waits, who is turned away. Pure logic, no HTTP.
 
-A request costs `tokens` = estimated prompt tokens + the new tokens it may generate.
+A request costs `tokens`, what it reserves: its estimated prompt plus, per sequence, its output
+limit (`admission: worstCase`) or the forecast of its output (`forecast`, see `forecast`).
 In `enforce` mode it runs when both hold:
 - in-flight requests < the effective concurrency;
 - in-flight tokens + its tokens ≤ the token budget: the engine's max_total_num_tokens less
-  `ESTIMATE_HEADROOM` for the prompt estimate's error (kvant_runtime.tokens). Each request
-  reserves its whole max_new_tokens, more than the engine ever holds for it, so requests that
-  fit the budget together can never make the engine retract; a lower budget would only turn
-  away requests that fit. (`targetTokenUsage` is the local loop's target for the engine's live
-  token_usage, see `concurrency`, not a cap on reservations.) A request larger than the whole
-  budget is refused with 413, or with `oversizeRequests: runAlone` runs alone, so it is never
-  starved. While the engine's capacity is unknown the token check is skipped (fail open).
+  `ESTIMATE_HEADROOM` for the prompt estimate's error (kvant_runtime.tokens). With worst-case
+  reservations each request reserves more than the engine ever holds for it, so requests that
+  fit the budget together can never make the engine retract; forecast reservations trade that
+  bound for admitting what answers that end early really take. (`targetTokenUsage` is the local
+  loop's target for the engine's live token_usage, see `concurrency`, not a cap on
+  reservations.) A request whose worst case is larger than the whole budget is refused with
+  413, or with `oversizeRequests: runAlone` runs alone, so it is never starved. While the
+  engine's capacity is unknown (and no planned capacity was given) the token check is skipped.
 
 Otherwise it waits in a bounded FIFO queue, at most `queueTimeoutSeconds`. Strict FIFO:
 a large request at the head is not overtaken by smaller ones behind it.
