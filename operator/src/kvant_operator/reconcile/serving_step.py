@@ -44,9 +44,9 @@ def desired_objects(p: Pass, settings: OperatorSettings) -> list[Obj]:
 
 
 def rollout_status(p: Pass, kube: KubeDoor) -> tuple[Phase, bool]:
+    deployments = _deployments(p, kube)
     pending, existing, ready = [], 0, 0
-    for role in roles(p.spec):
-        live = kube.get("apps/v1", "Deployment", p.namespace, workload_name(p.model, role)) or {}
+    for role, live in zip(roles(p.spec), deployments, strict=True):
         existing += (live.get("status") or {}).get("replicas", 0)
         ready += (live.get("status") or {}).get("readyReplicas", 0)
         waiting = rollout_pending(live, role.replicas)
@@ -57,7 +57,7 @@ def rollout_status(p: Pass, kube: KubeDoor) -> tuple[Phase, bool]:
         message = "; ".join(pending)
         p.condition(ConditionType.READY, False, "RollingOut", message)
         p.condition(ConditionType.PROGRESSING, True, "RollingOut", message)
-        _serving(p, kube, "RollingOut", "replicas serve while the rollout completes")
+        _serving(p, deployments, "RollingOut", "replicas serve while the rollout completes")
         return Phase.DEPLOYING, True
     p.condition(ConditionType.READY, True, "Serving", "all serving replicas are ready behind the gate")
     p.condition(ConditionType.SERVING, True, "CurrentGeneration", "the current generation serves")
@@ -70,13 +70,20 @@ def ready_while_blocked(p: Pass, kube: KubeDoor, phase: Phase) -> None:
     Deployments may still serve, which `Serving` says."""
     message = f"the current generation is not serving: phase {phase.value}"
     p.condition(ConditionType.READY, False, phase.value, message)
-    _serving(p, kube, "PreviousGeneration", f"the previous generation serves while this one is {phase.value}")
+    serves = f"the previous generation serves while this one is {phase.value}"
+    _serving(p, _deployments(p, kube), "PreviousGeneration", serves)
 
 
-def _serving(p: Pass, kube: KubeDoor, reason: str, message: str) -> None:
+def _deployments(p: Pass, kube: KubeDoor) -> list[Obj]:
+    """The live Deployment of each role, in role order ({} where there is none yet)."""
+    return [
+        kube.get("apps/v1", "Deployment", p.namespace, workload_name(p.model, r)) or {} for r in roles(p.spec)
+    ]
+
+
+def _serving(p: Pass, deployments: list[Obj], reason: str, message: str) -> None:
     """Serving is True while every role has a ready replica, whichever generation it runs."""
-    live = [kube.get("apps/v1", "Deployment", p.namespace, workload_name(p.model, r)) for r in roles(p.spec)]
-    if all(d and (d.get("status") or {}).get("readyReplicas", 0) > 0 for d in live):
+    if all((d.get("status") or {}).get("readyReplicas", 0) > 0 for d in deployments):
         p.condition(ConditionType.SERVING, True, reason, message)
     else:
         p.condition(ConditionType.SERVING, False, "NoReadyReplicas", "no replica of every role is ready yet")
