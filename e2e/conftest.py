@@ -155,7 +155,7 @@ def namespace(kvant_crds: LocalCluster, node_dir: NodeDir, request: pytest.Fixtu
         kvant_crds.kubectl("apply", "-f", "-", input=json.dumps(obj))
     yield name
     kvant_crds.kubectl("delete", "namespace", name, "--wait=false")
-    kvant_crds.kubectl("delete", "pv", f"{name}-artifacts", "--wait=false")
+    kvant_crds.kubectl("delete", "pv", f"{name}-kvant-artifacts", "--wait=false")  # node_folder_claim's name
 
 
 def _namespace_name(node: pytest.Item) -> str:
