@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from kvant_contracts.serving_pod import GATE_BUSY_REASONS
 from kvant_dev.toolchain import Toolchain
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,3 +53,10 @@ def test_every_runbook_link_has_its_entry_in_the_readme() -> None:
     for name, rule in _alerts().items():
         anchor = rule["annotations"]["runbook_url"].split("#", 1)[1]
         assert anchor in headings, f"{name}: README has no heading for #{anchor}"
+
+
+def test_the_rejecting_alert_counts_exactly_the_gates_busy_reasons() -> None:
+    """A rule file cannot import the contract, so this holds its regex to GATE_BUSY_REASONS."""
+    expr = _alerts()["KvantGateRejecting"]["expr"]
+    regexes = set(re.findall(r'reason=~"([^"]+)"', expr))
+    assert regexes == {"|".join(GATE_BUSY_REASONS)}
