@@ -61,6 +61,26 @@ build_etcd() {
   rm -rf "$work"
 }
 
+# SeaweedFS (the local S3 server). Its go.mod replaces go-bip39 with a fork, which `go install`
+# refuses, so the wrapper module carries that replace (every non-relative one, read from upstream).
+build_seaweedfs() {
+  local out="$BIN/seaweedfs-$SEAWEEDFS_VERSION"
+  if [[ -x "$out/weed" ]]; then return; fi
+  log "building SeaweedFS $SEAWEEDFS_VERSION (cold: ~5 min on 2 cores)"
+  local work; work=$(mktemp -d)
+  local mod="github.com/seaweedfs/seaweedfs@$SEAWEEDFS_VERSION" gomod
+  gomod=$(go mod download -json "$mod" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
+  {
+    echo "module kvant.local/seaweedfsbuild"; echo "go 1.26"
+    echo "require github.com/seaweedfs/seaweedfs $SEAWEEDFS_VERSION"
+    awk '$1 == "replace" && $3 == "=>" && $4 !~ /^\.\.?\// {print}' "$gomod"
+  } > "$work/go.mod"
+  (cd "$work" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/weed" \
+      github.com/seaweedfs/seaweedfs/weed)
+  mkdir -p "$out.tmp" && mv "$work/weed" "$out.tmp/weed" && rm -rf "$out" && mv "$out.tmp" "$out"
+  rm -rf "$work"
+}
+
 # `go install` of one command at a pinned version into $BIN/$1-$2 (modules without relative replaces).
 go_install() { # $1 name, $2 version, $3 package path
   local out="$BIN/$1-$2"
@@ -100,6 +120,7 @@ build_kube
 go_install helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
 go_install coredns "$COREDNS_VERSION" github.com/coredns/coredns
 build_kstatus
+build_seaweedfs
 unpack_debs prometheus-deb usr/bin/prometheus prometheus
 # kube-proxy's nftables mode runs the `nft` command; its libraries travel with it (LD_LIBRARY_PATH).
 unpack_debs nftables-deb usr/sbin/nft nftables libnftables1 libnftnl11 libmnl0 libjansson4 libxtables12

@@ -65,10 +65,14 @@ def test_a_model_goes_from_planning_to_ready_one_pass_at_a_time(tmp_path: Path) 
 
 
 def test_a_source_no_type_serves_is_an_invalid_spec_without_a_job() -> None:
-    model = body(source={"uri": "s3://bucket/model"}, weights={"format": "bf16"}, kvCache={"dtype": "bf16"})
+    model = body(source={"uri": "ftp://host/model"}, weights={"format": "bf16"}, kvCache={"dtype": "bf16"})
     kube = MemoryKube()
     outcome = Reconciler(kube, SETTINGS).reconcile(model, now=NOW)
     assert outcome.status["phase"] == "Failed"
     degraded = next(c for c in outcome.status["conditions"] if c["type"] == "Degraded")
-    assert degraded["reason"] == "InvalidSpec" and "pvc://<claim>/<path>" in degraded["message"]
+    assert (
+        degraded["reason"] == "InvalidSpec"
+        and "pvc://<claim>/<path>" in degraded["message"]
+        and "s3://<bucket>/<prefix>" in degraded["message"]
+    )
     assert kube.created == []

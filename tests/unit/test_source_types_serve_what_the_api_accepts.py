@@ -36,13 +36,28 @@ def test_each_served_uri_has_a_place_in_the_pod(uri: str, volume: dict, sub_path
     assert (location.mount_path, location.sub_path) == ("/source", sub_path)
 
 
-@pytest.mark.parametrize("uri", ["hf://org/model", "s3://bucket/prefix", "ftp://host/m", "pvc://Bad_Claim/x"])
+@pytest.mark.parametrize(
+    "uri",
+    ["hf://org", "hf://org/model/sub", "s3://Bad_Bucket/x", "s3://b", "ftp://host/m", "pvc://Bad_Claim/x"],
+)
 def test_a_uri_no_type_serves_is_refused_by_the_api(uri: str) -> None:
     with pytest.raises(
         ValidationError, match=re.escape("spec.source.uri must be pvc://<claim>/<path> or file:///")
     ):
         spec_of(body(source={"uri": uri}))
     assert re.search(SOURCE_URI, uri) is None
+
+
+@pytest.mark.parametrize(
+    "uri", ["hf://moonshotai/Kimi-K2-Instruct", "hf://Qwen/Qwen2.5-7B-Instruct", "s3://models/tiny"]
+)
+def test_a_fetched_uri_is_read_where_its_fetch_published_it(uri: str) -> None:
+    spec = spec_of(body(source={"uri": uri}))
+    with pytest.raises(ValueError, match="has not been fetched yet"):
+        locate_source(spec.source.uri)
+    location = locate_source(spec.source.uri, "pvc://kvant-artifacts/sources/hf/org/name/abc")
+    assert location.volume["persistentVolumeClaim"] == {"claimName": "kvant-artifacts", "readOnly": True}
+    assert location.sub_path == "sources/hf/org/name/abc"
 
 
 def test_every_scheme_has_exactly_one_type() -> None:

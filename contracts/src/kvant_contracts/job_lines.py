@@ -9,6 +9,9 @@ fields have the wrong types is not taken as a result: `from_log` returns None, a
 - `ArtifactResult`: the published artifact (key `digest`), on convert's final line and in
   calibrate's result.
 - `EvalVerdict`: the accuracy gate's verdict (key `meanKLDivergence`), in eval's result.
+- `FetchProgress`: `kvant fetch` progress lines (key `event`, like the converter's, with files in
+  place of shards), for the `Fetched` condition.
+- `SourceResult`: the fetched, verified source (key `sourceDigest`), on fetch's final line.
 """
 
 from __future__ import annotations
@@ -98,3 +101,27 @@ class EvalVerdict(_JobLine):
     top1Agreement: float
     passed: bool
     failure: str | None
+
+
+@dataclass(frozen=True)
+class FetchProgress(_JobLine):
+    KEY: ClassVar[str] = "event"
+
+    event: str  # start | progress | file | done
+    filesDone: int
+    filesTotal: int
+    bytesDone: int
+    bytesTotal: int
+    bytesPerSecond: float
+    etaSeconds: float | None
+
+
+@dataclass(frozen=True)
+class SourceResult(_JobLine):
+    KEY: ClassVar[str] = "sourceDigest"
+
+    sourceDigest: str  # sha256 over the manifest's (path, size, sha256) list
+    revision: str  # the resolved revision: a commit sha (hf://), a listing digest (s3://)
+    path: str  # the published folder, relative to the sources root
+    bytes: int
+    files: int

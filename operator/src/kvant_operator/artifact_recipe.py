@@ -12,8 +12,9 @@ from typing import Any
 
 from kvant_contracts.weight_formats import weight_format
 from kvant_operator.api.spec import KvScales, QuantizedModelSpec
+from kvant_operator.api.status import SourceStatus
 from kvant_operator.settings import OperatorSettings
-from kvant_operator.sources import Location, locate_source
+from kvant_operator.sources import Location, is_fetched, locate_source
 
 ARTIFACT_MOUNT = "/artifacts"
 
@@ -35,16 +36,20 @@ def needs_artifact(spec: QuantizedModelSpec) -> bool:
     return needs_conversion(spec) or needs_calibration(spec)
 
 
-def artifact_key(spec: QuantizedModelSpec, settings: OperatorSettings) -> str:
+def artifact_key(
+    spec: QuantizedModelSpec, settings: OperatorSettings, fetched: SourceStatus | None = None
+) -> str:
     """Hash of everything that changes the artifact's bytes (source, weights, KV calibration, converter)
-    and of where it is written, so models sharing a key always share the same files."""
+    and of where it is written, so models sharing a key always share the same files. A fetched
+    source enters by its resolved revision and content digest, so a branch that moves later makes
+    a new key instead of silently changing an existing artifact."""
     weights = spec.weights.model_dump(mode="json", by_alias=True)
     calibration = spec.kv_cache.calibration
     calibration_recipe = (
         calibration.model_dump(mode="json") if calibration and needs_calibration(spec) else None
     )
     recipe = {
-        "source": {"uri": spec.source.uri, "revision": spec.source.revision},
+        "source": source_identity(spec, fetched),
         "weights": weights
         if needs_conversion(spec)
         else {"format": spec.weights.format.value, "output": weights.get("output")},
@@ -54,9 +59,17 @@ def artifact_key(spec: QuantizedModelSpec, settings: OperatorSettings) -> str:
     return digest(recipe)
 
 
-def source_location(spec: QuantizedModelSpec) -> Location:
+def source_identity(spec: QuantizedModelSpec, fetched: SourceStatus | None) -> dict[str, Any]:
+    if not is_fetched(spec.source.uri):
+        return {"uri": spec.source.uri, "revision": spec.source.revision}
+    if fetched is None:
+        raise ValueError(f"{spec.source.uri}: the artifact key of a fetched source needs the fetch's result")
+    return {"uri": spec.source.uri, "revision": fetched.revision, "digest": fetched.digest}
+
+
+def source_location(spec: QuantizedModelSpec, fetched: SourceStatus | None = None) -> Location:
     """Where pods read the model's source (see `kvant_operator.sources`)."""
-    return locate_source(spec.source.uri)
+    return locate_source(spec.source.uri, fetched.location if fetched is not None else None)
 
 
 def artifact_location(spec: QuantizedModelSpec, settings: OperatorSettings, key: str) -> Location:

@@ -32,6 +32,13 @@ class OperatorSettings:
     # Node folders a file:// source may name (a hostPath: whoever may create a QuantizedModel could
     # otherwise mount any folder of the node into a Job). Empty: no file:// source at all.
     file_source_prefixes: tuple[str, ...] = ("/var/lib/kvant/models",)
+    # Fetched sources (hf://, s3://): the endpoints a spec may leave out, and the Secret (in the
+    # model's namespace) that fetch pods read credentials from when the spec names none. The
+    # operator never reads it: only the fetch pod gets it, as environment variables.
+    hf_endpoint: str = ""  # empty: huggingface_hub's own default (the Hub)
+    s3_endpoint: str = ""  # empty: AWS
+    s3_region: str = ""
+    source_credentials_secret: str = ""
 
     @classmethod
     def from_env(cls) -> OperatorSettings:
@@ -54,6 +61,12 @@ class OperatorSettings:
             operator_namespace=os.environ.get("POD_NAMESPACE", defaults.operator_namespace),
             file_source_prefixes=_names(
                 os.environ.get("KVANT_FILE_SOURCE_PREFIXES"), defaults.file_source_prefixes
+            ),
+            hf_endpoint=os.environ.get("KVANT_HF_ENDPOINT", defaults.hf_endpoint),
+            s3_endpoint=os.environ.get("KVANT_S3_ENDPOINT", defaults.s3_endpoint),
+            s3_region=os.environ.get("KVANT_S3_REGION", defaults.s3_region),
+            source_credentials_secret=os.environ.get(
+                "KVANT_SOURCE_CREDENTIALS_SECRET", defaults.source_credentials_secret
             ),
         )
 

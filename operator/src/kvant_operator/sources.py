@@ -5,9 +5,10 @@ alike), how a person writes one, and where a pod finds the folder: a volume, its
 path below it. The API accepts exactly the schemes of the types registered here, so a URI that no type
 serves is refused at `kubectl apply`, not later by a reconcile.
 
-A fetched source (hf://, s3://, the model-sources issue) is one more type here: its `locate` gives the
-shared cache volume it fills, and its fetch step and credentials come with it. The renderers ask
-`locate_source` and never look at a scheme.
+A fetched type (hf://, s3://) is read from where its fetch Job published it (`status.source.location`,
+a folder on the sources volume named by the resolved revision), so it has no `locate` of its own: the
+fetch step (`reconcile.fetch_step`) runs first, and `locate_source` is given the fetched location.
+The renderers ask `locate_source` and never look at a scheme.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class SourceType:
     scheme: str
     pattern: str  # the whole URI; RE2 and Python agree on it
     form: str  # how a person writes one, for error messages
-    locate: Callable[[str], Location]
+    locate: Callable[[str], Location] | None  # None: fetched first, read from the fetched location
 
 
 def _host_path(uri: str) -> Location:
@@ -56,6 +57,17 @@ def _claim(uri: str) -> Location:
 SOURCE_TYPES: tuple[SourceType, ...] = (
     SourceType("pvc", r"pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/.*)?", "pvc://<claim>/<path>", _claim),
     SourceType("file", r"file:///.+", "file:///<absolute path on the node>", _host_path),
+    # Hub repository ids: ORG/NAME, each of letters, digits, '-', '_' and '.', at most 96 characters.
+    SourceType(
+        "hf",
+        r"hf://[A-Za-z0-9][-A-Za-z0-9_.]{0,95}/[A-Za-z0-9][-A-Za-z0-9_.]{0,95}",
+        "hf://<org>/<name>",
+        None,
+    ),
+    # S3 bucket names (3-63 of lowercase letters, digits, '.' and '-'), then an optional key prefix.
+    SourceType(
+        "s3", r"s3://[a-z0-9][-a-z0-9.]{1,61}[a-z0-9](/[-A-Za-z0-9_./]*)?", "s3://<bucket>/<prefix>", None
+    ),
 )
 # What the API accepts: exactly the URIs some source type serves.
 SOURCE_URI = "^(" + "|".join(t.pattern for t in SOURCE_TYPES) + ")$"
@@ -79,10 +91,24 @@ def file_source_refusal(uri: str, allowed_prefixes: tuple[str, ...]) -> str | No
     )
 
 
-def locate_source(uri: str) -> Location:
-    """Where pods read the source `uri` (which the API has already matched against SOURCE_URI)."""
+def source_type(uri: str) -> SourceType:
     scheme = uri.split("://", 1)[0]
-    for source_type in SOURCE_TYPES:
-        if source_type.scheme == scheme:
-            return source_type.locate(uri)
+    for candidate in SOURCE_TYPES:
+        if candidate.scheme == scheme:
+            return candidate
     raise ValueError(f"spec.source.uri {uri!r}: no source type serves {scheme}://; use {SOURCE_FORMS}")
+
+
+def is_fetched(uri: str) -> bool:
+    return source_type(uri).locate is None
+
+
+def locate_source(uri: str, fetched: str | None = None) -> Location:
+    """Where pods read the source `uri` (which the API has already matched against SOURCE_URI). A
+    fetched type needs `fetched`, the pvc:// location its fetch published (status.source.location)."""
+    locate = source_type(uri).locate
+    if locate is not None:
+        return locate(uri)
+    if fetched is None:
+        raise ValueError(f"spec.source.uri {uri!r} is read once fetched, and has not been fetched yet")
+    return _claim(fetched)

@@ -12,6 +12,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "kvant_runtime.convert.convert_command",
     "kvant_runtime.calibrate.calibrate_command",
     "kvant_runtime.evaluate.eval_command",
+    "kvant_runtime.fetch.fetch_command",
 )
 
 

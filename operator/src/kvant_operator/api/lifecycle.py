@@ -19,6 +19,7 @@ from kvant_operator.api.status import Condition, ConditionStatus
 class ConditionType(StrEnum):
     """Every condition a QuantizedModel can carry."""
 
+    FETCHED = "Fetched"  # a fetched source (hf://, s3://) is downloaded and verified
     CONVERTED = "Converted"  # the artifact exists in the requested weight format
     CALIBRATED = "Calibrated"  # FP8 KV scales are measured (or not needed)
     VALIDATED = "Validated"  # the evaluation gate passed (or none was asked for)

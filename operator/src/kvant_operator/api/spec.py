@@ -30,6 +30,10 @@ MAX_ENGINE_ARGS = 64
 # Bounded lengths keep the CEL rules over these lists inside the API server's cost budget.
 EngineArg = Annotated[str, Field(max_length=256)]
 ModuleName = Annotated[str, Field(min_length=1, max_length=256)]
+# A glob over a source's file paths (fnmatch): no path separators leading, no '..'.
+FilePattern = Annotated[
+    str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9*?._\[\]-][A-Za-z0-9*?._/\[\]-]*$")
+]
 
 
 class WeightFormat(StrEnum):
@@ -97,6 +101,24 @@ class ProtectionMode(StrEnum):
     OFF = "off"
 
 
+class S3SourceSpec(ApiModel):
+    """Where an s3:// source is served, when not by the operator's default endpoint."""
+
+    endpoint: str | None = Field(
+        default=None,
+        max_length=512,
+        pattern=r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._/-]*)?$",
+        description="S3 endpoint URL. Unset: the operator's default (the chart's sources.s3.endpoint), "
+        "else AWS.",
+    )
+    region: str | None = Field(
+        default=None,
+        max_length=64,
+        pattern=r"^[a-z0-9-]+$",
+        description="S3 region. Unset: the operator's default.",
+    )
+
+
 class SourceSpec(ApiModel):
     """The checkpoint to serve. Immutable: a different model is a different QuantizedModel."""
 
@@ -115,6 +137,25 @@ class SourceSpec(ApiModel):
             field_path=".uri",
             holds=lambda s: re.search(SOURCE_URI, s.uri) is not None,
         ),
+        Rule(
+            cel="!has(self.s3) || self.uri.startsWith('s3://')",
+            message="spec.source.s3 applies to s3:// sources only",
+            field_path=".s3",
+            holds=lambda s: s.s3 is None or s.uri.startswith("s3://"),
+        ),
+        Rule(
+            cel="!has(self.revision) || !self.uri.startsWith('s3://')",
+            message="spec.source.revision does not apply to s3:// sources: the fetched listing is the "
+            "revision",
+            field_path=".revision",
+            holds=lambda s: s.revision is None or not s.uri.startswith("s3://"),
+        ),
+        Rule(
+            cel="!has(self.allowPatterns) || size(self.allowPatterns) == 0 || self.uri.startsWith('hf://') || self.uri.startsWith('s3://')",
+            message="spec.source.allowPatterns applies to fetched sources (hf://, s3://) only",
+            field_path=".allowPatterns",
+            holds=lambda s: not s.allow_patterns or s.uri.startswith(("hf://", "s3://")),
+        ),
     )
 
     uri: str = Field(min_length=1, max_length=1024, description="Where the checkpoint is.")
@@ -122,13 +163,23 @@ class SourceSpec(ApiModel):
         default=None,
         max_length=128,
         pattern=r"^[A-Za-z0-9._/-]+$",
-        description="Commit or tag of the source; part of the artifact cache key.",
+        description="Commit, tag or branch of the source (hf://: resolved to its commit when fetched, "
+        "and recorded in status.source); part of the artifact cache key.",
     )
     credentials_secret: str | None = Field(
         default=None,
         max_length=253,
         pattern=DNS_SUBDOMAIN,
-        description="Secret in the same namespace with the credentials to read the source (HF_TOKEN, AWS_*).",
+        description="Secret in the same namespace with the credentials to read the source (HF_TOKEN, "
+        "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); only the fetch pod sees it. Unset: the operator's "
+        "default (the chart's sources.defaultCredentialsSecret), if any.",
+    )
+    s3: S3SourceSpec | None = Field(default=None, description="S3 endpoint and region of an s3:// source.")
+    allow_patterns: list[FilePattern] | None = Field(
+        default=None,
+        max_length=32,
+        description="Globs of the files to fetch (hf://, s3://). Empty: what serving needs (weights, index, "
+        "configs, tokenizer, chat template, model code).",
     )
 
 

@@ -18,6 +18,7 @@ class Phase(StrEnum):
     """Coarse lifecycle stage; conditions carry the detail."""
 
     PENDING = "Pending"
+    FETCHING = "Fetching"
     CONVERTING = "Converting"
     CALIBRATING = "Calibrating"
     EVALUATING = "Evaluating"
@@ -46,6 +47,19 @@ class Condition(ApiModel):
     observed_generation: int = Field(
         default=0, ge=0, description="metadata.generation the condition was set for."
     )
+
+
+class SourceStatus(ApiModel):
+    """A fetched source (hf://, s3://) pinned to the revision it resolved to."""
+
+    uri: str = Field(max_length=1024, description="spec.source.uri, as fetched.")
+    revision: str = Field(
+        max_length=128, description="The resolved revision: the commit (hf://), a listing digest (s3://)."
+    )
+    location: str = Field(max_length=1024, description="Where the fetched files are (pvc://claim/path).")
+    digest: str = Field(max_length=128, description="Content digest (sha256:...) of the fetched files.")
+    bytes: int = Field(default=0, ge=0, description="Size of the fetched files.")
+    files: int = Field(default=0, ge=0, description="Number of fetched files.")
 
 
 class ArtifactStatus(ApiModel):
@@ -115,7 +129,8 @@ class QuantizedModelStatus(ApiModel):
     conditions: list[Condition] = Field(
         default_factory=list,
         max_length=16,
-        description="Converted, Calibrated, Validated, Ready, Progressing, Degraded, CacheProtected.",
+        description="Fetched, Converted, Calibrated, Validated, Ready, Serving, Progressing, Reconciling, "
+        "Degraded, Stalled, CacheProtected.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     replicas: int | None = Field(default=None, ge=0, description="Serving replicas that exist.")
@@ -125,6 +140,7 @@ class QuantizedModelStatus(ApiModel):
         max_length=512,
         description="Label selector of the serving pods: the scale subresource's, for autoscalers.",
     )
+    source: SourceStatus | None = Field(default=None, description="The fetched source (hf://, s3://).")
     artifact: ArtifactStatus | None = Field(default=None, description="The served artifact.")
     plan: PlanStatus | None = Field(default=None, description="The capacity plan.")
     protection: ProtectionStatus | None = Field(default=None, description="Protection state.")

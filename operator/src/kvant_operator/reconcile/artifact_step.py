@@ -33,7 +33,13 @@ from kvant_operator.settings import OperatorSettings
 
 def ensure_artifact(p: Pass, kube: KubeDoor, settings: OperatorSettings) -> None:
     if not needs_artifact(p.spec):
-        p.artifact = ArtifactStatus(uri=p.spec.source.uri)
+        # A fetched source is served from its folder, checked against the digest it was fetched with.
+        fetched = p.source
+        p.artifact = (
+            ArtifactStatus(uri=fetched.location, digest=fetched.digest, bytes=fetched.bytes)
+            if fetched is not None
+            else ArtifactStatus(uri=p.spec.source.uri)
+        )
         p.condition(
             ConditionType.CONVERTED, True, "NotRequired", f"serving the source as {p.spec.weights.format}"
         )
@@ -48,7 +54,7 @@ def ensure_artifact(p: Pass, kube: KubeDoor, settings: OperatorSettings) -> None
             "scales: checkpoint (scales already in the source) or unit",
             "fix the spec; see Degraded",
         )
-    key = artifact_key(p.spec, settings)
+    key = artifact_key(p.spec, settings, p.source)
     if p.artifact is not None and p.artifact.uri == artifact_uri(p.spec, settings, key) and p.artifact.digest:
         return
     record = kube.get("v1", "ConfigMap", p.namespace, record_name(key))
@@ -102,7 +108,13 @@ class Attempts:
             self._failed(stage, state.finished_at)
         if stage["metadata"]["name"] == jobs.shards_job_name(self.key, attempt):
             job = jobs.artifact_job(
-                [p.body], p.spec, self.settings, self.key, attempt=attempt, workers=self.workers
+                [p.body],
+                p.spec,
+                self.settings,
+                self.key,
+                attempt=attempt,
+                workers=self.workers,
+                fetched=p.source,
             )
             self._create(job)
             self._progress("Finalizing", f"all {self.workers} conversion workers finished; finalizing")
@@ -125,7 +137,9 @@ class Attempts:
                 [p.body], p.spec, self.settings, self.key, workers=self.workers, attempt=attempt
             )
         else:
-            first = jobs.artifact_job([p.body], p.spec, self.settings, self.key, attempt=attempt)
+            first = jobs.artifact_job(
+                [p.body], p.spec, self.settings, self.key, attempt=attempt, fetched=p.source
+            )
         self._create(first)
         self._progress("Starting", f"job {first['metadata']['name']} is starting ({self.workers} worker(s))")
         raise Blocked(Phase.CONVERTING)

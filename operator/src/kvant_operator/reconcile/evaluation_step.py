@@ -23,14 +23,14 @@ def gate_on_evaluation(p: Pass, kube: KubeDoor, settings: OperatorSettings) -> N
         reason = "NotRequested" if evaluation is None else "NothingConverted"
         p.condition(ConditionType.VALIDATED, True, reason, "no evaluation gate applies")
         return
-    key = artifact_key(p.spec, settings)
+    key = artifact_key(p.spec, settings, p.source)
     name = jobs.eval_job_name(key, p.spec)
     previous = p.log.previous(ConditionType.VALIDATED)
     if previous is not None and previous.reason in (PASSED, GATE_FAILED) and name in previous.message:
         p.log.written.add(ConditionType.VALIDATED)  # settled for this candidate: keep it
         _gate(p, evaluation.block_rollout, previous.reason == PASSED, previous.message)
         return
-    job = ensure_job(kube, jobs.eval_job(p.body, p.spec, settings, key))
+    job = ensure_job(kube, jobs.eval_job(p.body, p.spec, settings, key, p.source))
     if job_state(job).phase is JobPhase.RUNNING:
         p.condition(
             ConditionType.VALIDATED, False, "Evaluating", f"job {name} compares the artifact with its source"

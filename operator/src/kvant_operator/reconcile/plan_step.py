@@ -20,7 +20,7 @@ def ensure_plan(p: Pass, kube: KubeDoor, settings: OperatorSettings) -> None:
     inputs = digest(jobs.plan_inputs(p.spec))
     if p.plan is not None and p.plan.inputs == inputs:
         return
-    job = ensure_job(kube, jobs.plan_job(p.body, p.spec, settings))
+    job = ensure_job(kube, jobs.plan_job(p.body, p.spec, settings, p.source))
     state = job_state(job)
     if state.phase is JobPhase.RUNNING:
         p.condition(

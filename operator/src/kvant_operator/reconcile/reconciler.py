@@ -1,4 +1,4 @@
-"""One reconcile of one QuantizedModel: plan → artifact → evaluation → serving, then the status.
+"""One reconcile of one QuantizedModel: fetch → plan → artifact → evaluation → serving, then the status.
 
 The steps are idempotent and keep their state in the cluster (Jobs with deterministic names, the
 artifact records, status.plan), so an operator restart resumes exactly where the last one stopped.
@@ -13,11 +13,12 @@ from pydantic import ValidationError
 
 from kvant_operator.api.lifecycle import ConditionType
 from kvant_operator.api.resource import QuantizedModel
-from kvant_operator.api.status import ArtifactStatus, Condition, PlanStatus
+from kvant_operator.api.status import ArtifactStatus, Condition, PlanStatus, SourceStatus
 from kvant_operator.kube_door import KubeDoor
 from kvant_operator.protection.loop import ProtectionResult
 from kvant_operator.reconcile.artifact_step import ensure_artifact
 from kvant_operator.reconcile.evaluation_step import gate_on_evaluation
+from kvant_operator.reconcile.fetch_step import ensure_source
 from kvant_operator.reconcile.plan_step import ensure_plan
 from kvant_operator.reconcile.serving_step import ready_while_blocked, serve
 from kvant_operator.reconcile.state import Blocked, ConditionLog, Obj, Outcome, Pass
@@ -53,6 +54,7 @@ class Reconciler:
             body,
             spec,
             log,
+            source=SourceStatus.model_validate(status["source"]) if status.get("source") else None,
             plan=PlanStatus.model_validate(status["plan"]) if status.get("plan") else None,
             artifact=ArtifactStatus.model_validate(status["artifact"]) if status.get("artifact") else None,
             protection=protection,
@@ -62,6 +64,7 @@ class Reconciler:
             refusal = file_source_refusal(spec.source.uri, self.settings.file_source_prefixes)
             if refusal is not None:
                 raise p.fail("SourceNotAllowed", refusal, "fix spec.source.uri; see Degraded")
+            ensure_source(p, self.kube, self.settings)
             ensure_plan(p, self.kube, self.settings)
             ensure_artifact(p, self.kube, self.settings)
             gate_on_evaluation(p, self.kube, self.settings)

@@ -36,9 +36,9 @@ def desired_objects(p: Pass, settings: OperatorSettings) -> list[Obj]:
     else:
         effective = ((p.body.get("status") or {}).get("protection") or {}).get("effectiveConcurrency")
     if needs_artifact(p.spec):
-        location = artifact_location(p.spec, settings, artifact_key(p.spec, settings))
+        location = artifact_location(p.spec, settings, artifact_key(p.spec, settings, p.source))
     else:
-        location = source_location(p.spec)
+        location = source_location(p.spec, p.source)
     inputs = ServingInputs(p.body, p.spec, p.plan, location, p.artifact.digest, settings)
     return serving_objects(inputs, effective)
 

@@ -13,7 +13,14 @@ from typing import Any
 
 from kvant_operator.api.lifecycle import ConditionType, set_condition
 from kvant_operator.api.spec import QuantizedModelSpec
-from kvant_operator.api.status import ArtifactStatus, Condition, ConditionStatus, Phase, PlanStatus
+from kvant_operator.api.status import (
+    ArtifactStatus,
+    Condition,
+    ConditionStatus,
+    Phase,
+    PlanStatus,
+    SourceStatus,
+)
 from kvant_operator.protection.loop import ProtectionResult
 
 Obj = dict[str, Any]
@@ -73,6 +80,7 @@ class Pass:
     body: Obj
     spec: QuantizedModelSpec
     log: ConditionLog
+    source: SourceStatus | None = None  # a fetched source, once fetched
     plan: PlanStatus | None = None
     artifact: ArtifactStatus | None = None
     protection: ProtectionResult | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvant_operator.api.spec import QuantizedModelSpec
+from kvant_operator.api.status import SourceStatus
 from kvant_operator.artifact_recipe import (
     artifact_location,
     digest,
@@ -87,8 +88,10 @@ def plan_args(spec: QuantizedModelSpec, config_path: str) -> list[str]:
     return args
 
 
-def plan_job(body: Obj, spec: QuantizedModelSpec, settings: OperatorSettings) -> Obj:
-    source = source_location(spec)
+def plan_job(
+    body: Obj, spec: QuantizedModelSpec, settings: OperatorSettings, fetched: SourceStatus | None = None
+) -> Obj:
+    source = source_location(spec, fetched)
     container = {
         "name": "plan",
         "image": settings.operator_image,
@@ -98,7 +101,7 @@ def plan_job(body: Obj, spec: QuantizedModelSpec, settings: OperatorSettings) ->
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
     }
-    return _job(
+    return job_object(
         object_meta(body, plan_job_name(body["metadata"]["name"], spec), "plan"),
         [container],
         [source.volume],
@@ -130,14 +133,15 @@ def shards_job(
     *,
     workers: int,
     attempt: int,
+    fetched: SourceStatus | None = None,
 ) -> Obj:
     """An Indexed Job: pod i converts the shards i, i+N, i+2N, ... into the shared staging area."""
-    source = source_location(spec)
+    source = source_location(spec, fetched)
     output = artifact_location(spec, settings, key)
     worker = ["--worker-index", "$(JOB_COMPLETION_INDEX)", "--workers", str(workers)]
     convert = _convert_container(spec, settings, source.path, output.path, worker)
     convert["volumeMounts"] = _artifact_mounts(source.mount_path, output.mount_path)
-    job = _job(
+    job = job_object(
         _shared_meta(bodies, shards_job_name(key, attempt), key, attempt),
         [convert],
         [source.volume, output.volume],
@@ -172,10 +176,11 @@ def artifact_job(
     *,
     attempt: int,
     workers: int = 1,
+    fetched: SourceStatus | None = None,
 ) -> Obj:
     """One Job per artifact key, owned by every QuantizedModel that uses it. After a distributed
     conversion (workers > 1) its convert step only finalizes what the shards Job wrote."""
-    source = source_location(spec)
+    source = source_location(spec, fetched)
     output = artifact_location(spec, settings, key)
     steps = []
     if needs_conversion(spec):
@@ -187,7 +192,7 @@ def artifact_job(
         step["volumeMounts"] = _artifact_mounts(source.mount_path, output.mount_path)
     meta = _shared_meta(bodies, artifact_job_name(key, attempt), key, attempt)
     # The steps run in order: every step but the last is an init container.
-    return _job(meta, steps[-1:], [source.volume, output.volume], backoff_limit=2, init=steps[:-1])
+    return job_object(meta, steps[-1:], [source.volume, output.volume], backoff_limit=2, init=steps[:-1])
 
 
 def eval_job_name(key: str, spec: QuantizedModelSpec) -> str:
@@ -195,10 +200,16 @@ def eval_job_name(key: str, spec: QuantizedModelSpec) -> str:
     return f"kvant-eval-{key}-{digest(evaluation, 6)}"
 
 
-def eval_job(body: Obj, spec: QuantizedModelSpec, settings: OperatorSettings, key: str) -> Obj:
+def eval_job(
+    body: Obj,
+    spec: QuantizedModelSpec,
+    settings: OperatorSettings,
+    key: str,
+    fetched: SourceStatus | None = None,
+) -> Obj:
     """Compares the artifact with its source on held-out text; exit 1 means the gate failed."""
     assert spec.evaluation is not None
-    source = source_location(spec)
+    source = source_location(spec, fetched)
     output = artifact_location(spec, settings, key)
     args = ["eval", source.path, output.path, "--max-kl-divergence", str(spec.evaluation.max_kl_divergence)]
     if spec.kv_cache.dtype.is_fp8:
@@ -219,7 +230,7 @@ def eval_job(body: Obj, spec: QuantizedModelSpec, settings: OperatorSettings, ke
     }
     meta = object_meta(body, eval_job_name(key, spec), "evaluation")
     meta["labels"][ARTIFACT_LABEL] = key
-    return _job(meta, [container], [source.volume, output.volume], backoff_limit=0)
+    return job_object(meta, [container], [source.volume, output.volume], backoff_limit=0)
 
 
 def _convert_container(
@@ -280,7 +291,7 @@ def _calibrate_container(
     }
 
 
-def _job(
+def job_object(
     meta: Obj, containers: list[Obj], volumes: list[Obj], *, backoff_limit: int, init: list[Obj] | None = None
 ) -> Obj:
     pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": containers, "volumes": volumes}

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from kvant_contracts.artifact_manifest import MANIFEST_VERSION, artifact_digest
+from kvant_contracts.artifact_manifest import MANIFEST_NAME, MANIFEST_VERSION, artifact_digest
 from kvant_contracts.weight_formats import weight_format
 from kvant_kernels.kv_cache_scheme import KV_CACHE_SCHEME
 from kvant_runtime.convert.contained_paths import contained
@@ -21,7 +21,8 @@ from kvant_runtime.convert.source import INDEX_FILE, SINGLE_FILE, SourceCheckpoi
 
 KV_SCALE_SUFFIXES = ("k_scale", "v_scale")
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf")
-_REWRITTEN = {"config.json", INDEX_FILE}
+# A fetched source carries its own manifest (what was fetched); the artifact writes a new one.
+_REWRITTEN = {"config.json", INDEX_FILE, MANIFEST_NAME}
 
 
 def quantization_config(recipe: Recipe, ignore: list[str], has_kv_scales: bool) -> dict[str, Any]:
