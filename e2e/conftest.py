@@ -21,6 +21,7 @@ from tests.startup_report import report_startup
 from tests.tiny_checkpoints import tiny_checkpoint as shared_tiny_checkpoint
 
 from kvant_dev.cluster import LocalCluster
+from kvant_dev.model_stores import ModelStores
 from kvant_dev.netutil import free_port, http_ok, wait_until
 from kvant_dev.process import ManagedProcess
 
@@ -39,8 +40,8 @@ def kvant_crds(cluster: LocalCluster) -> LocalCluster:
 class OperatorProcess:
     """`kvant run` as a local process against the session cluster; can be killed and restarted."""
 
-    def __init__(self, cluster: LocalCluster, workdir: Path) -> None:
-        self.cluster, self.workdir = cluster, workdir
+    def __init__(self, cluster: LocalCluster, workdir: Path, stores: ModelStores) -> None:
+        self.cluster, self.workdir, self.stores = cluster, workdir, stores
         self.process: ManagedProcess | None = None
         self.metrics_port = 0
         self.starts = 0
@@ -54,6 +55,12 @@ class OperatorProcess:
             "KVANT_IDLE_INTERVAL": "10",
             # The example's folder and the per-test node folders (node_dir) may be file:// sources.
             "KVANT_FILE_SOURCE_PREFIXES": "/var/lib/kvant/models,/srv/e2e",
+            # The cluster's model stores are the default endpoints, as `make demo` installs the chart;
+            # fetch pods read keys from this Secret in the model's namespace where one exists.
+            "KVANT_S3_ENDPOINT": self.stores.s3.url,
+            "KVANT_S3_REGION": self.stores.s3.env()["AWS_REGION"],
+            "KVANT_HF_ENDPOINT": self.stores.hub_url,
+            "KVANT_SOURCE_CREDENTIALS_SECRET": SOURCE_CREDENTIALS,
         }
         argv = [
             sys.executable,
@@ -92,11 +99,24 @@ class OperatorProcess:
         return self.process.log_tail(lines) if self.process else "(operator not running)"
 
 
+SOURCE_CREDENTIALS = "kvant-source-credentials"
+HUB_TOKEN = "hf_e2e_local_token"  # the Hub stand-in's token: fetches of hf:// sources must send it
+
+
+@pytest.fixture(scope="session")
+def model_stores(kvant_crds: LocalCluster) -> ModelStores:
+    """SeaweedFS and the Hub stand-in on the cluster's host link (stopped with the cluster)."""
+    return kvant_crds.start_model_stores(hub_token=HUB_TOKEN)
+
+
 @pytest.fixture(scope="session")
 def operator(
-    kvant_crds: LocalCluster, tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+    kvant_crds: LocalCluster,
+    model_stores: ModelStores,
+    tmp_path_factory: pytest.TempPathFactory,
+    pytestconfig: pytest.Config,
 ) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(kvant_crds, tmp_path_factory.mktemp("operator"))
+    proc = OperatorProcess(kvant_crds, tmp_path_factory.mktemp("operator"), model_stores)
     started = time.monotonic()
     proc.start()
     report_startup(pytestconfig, "operator", started)

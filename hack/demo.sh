@@ -17,8 +17,11 @@ echo
 kubectl get nodes -L nvidia.com/gpu.product
 
 echo; echo "== installing Kvant from charts/kvant"
+# The local S3 (SeaweedFS) and Hub stand-in are the operator's default source endpoints, and
+# fetch pods read the local S3's keys from a Secret named kvant-source-credentials.
 helm upgrade --install kvant "$ROOT/charts/kvant" --namespace kvant-system --create-namespace --wait --timeout 5m \
-  --set replicas=1 >/dev/null
+  --set replicas=1 --set sources.s3.endpoint="$AWS_ENDPOINT_URL" --set sources.s3.region="$AWS_REGION" \
+  --set sources.hfEndpoint="$HF_ENDPOINT" --set sources.defaultCredentialsSecret=kvant-source-credentials >/dev/null
 kubectl -n kvant-system get pods -o wide
 
 echo; echo "== a tiny checkpoint and an artifact volume for namespace demo"
@@ -46,7 +49,25 @@ spec:
   accessModes: [ReadWriteMany]
   storageClassName: kvant-local
   resources: {requests: {storage: 10Gi}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: kvant-source-credentials, namespace: demo}
+stringData: {AWS_ACCESS_KEY_ID: "$AWS_ACCESS_KEY_ID", AWS_SECRET_ACCESS_KEY: "$AWS_SECRET_ACCESS_KEY"}
 YAML
+
+echo; echo "== the same checkpoint in the local S3 (s3://models/tiny-llama), for examples/tiny-from-s3.yaml"
+"$VENV/bin/python" - "$MODEL_DIR" <<'PY'
+import sys
+from pathlib import Path
+import boto3
+client = boto3.client("s3")  # AWS_ENDPOINT_URL and the keys come from `kvant dev env`
+if "models" not in [b["Name"] for b in client.list_buckets().get("Buckets", [])]:
+    client.create_bucket(Bucket="models")
+for path in sorted(Path(sys.argv[1]).iterdir()):
+    client.upload_file(str(path), "models", f"tiny-llama/{path.name}")
+print(f"uploaded {len(list(Path(sys.argv[1]).iterdir()))} files")
+PY
 
 echo; echo "== kubectl apply -n demo -f examples/tiny.yaml"
 kubectl apply -n demo -f "$ROOT/examples/tiny.yaml"
@@ -70,6 +91,8 @@ The local cluster stays up. Try:
   eval "\$($VENV/bin/kvant dev env)"
   kubectl get qm -n demo tiny -o yaml                      # plan, artifact, protection, conditions
   kubectl patch qm tiny -n demo --type=merge -p '{"spec":{"limits":{"maxConcurrency":4}}}'
+  kubectl apply -n demo -f examples/tiny-from-s3.yaml      # fetched from the local S3, then the same path
+  kubectl get qm tiny-from-s3 -n demo -o jsonpath='{.status.source}'
   SERVICE_IP=\$(kubectl get service tiny -n demo -o jsonpath='{.spec.clusterIP}')
   curl -s http://\$SERVICE_IP/generate -d '{"text":"hello","sampling_params":{"max_new_tokens":8}}'
 Stop it with: make demo-down

@@ -9,8 +9,11 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import boto3
+import huggingface_hub
 import pytest
 import yaml
+from huggingface_hub.errors import RepositoryNotFoundError
 
 from kvant_dev.network import Addresses
 from kvant_dev.process import is_alive
@@ -36,7 +39,8 @@ def test_dev_cluster_lifecycle(tmp_path: Path) -> None:
         assert up.returncode == 0, up.stdout + up.stderr
         state = json.loads((tmp_path / "dev" / "state.json").read_text())
         assert set(state["processes"]) >= {
-            "etcd", "kube-apiserver", "kube-proxy", "coredns", "node-agent", "node-netns", "prometheus"
+            "etcd", "kube-apiserver", "kube-proxy", "coredns", "node-agent", "node-netns", "prometheus",
+            "seaweedfs", "hub-standin",
         }  # fmt: skip
         link = _own_link(state["kubeconfig"])
         assert link in _ip("link") and f"dev {link}" in _ip("route")
@@ -44,7 +48,35 @@ def test_dev_cluster_lifecycle(tmp_path: Path) -> None:
 
         status = _kvant("status", env=env)
         assert status.returncode == 0 and "kvant-gpu-0" in status.stdout and "Ready" in status.stdout
-        assert f"export KUBECONFIG={state['kubeconfig']}" in _kvant("env", env=env).stdout
+        exports = _kvant("env", env=env).stdout
+        assert f"export KUBECONFIG={state['kubeconfig']}" in exports
+        stores = dict(
+            line.removeprefix("export ").split("=", 1)
+            for line in exports.splitlines()
+            if "_ENDPOINT" in line or line.startswith("export AWS_")
+        )
+        assert set(stores) == {
+            "AWS_ENDPOINT_URL",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_REGION",
+            "HF_ENDPOINT",
+        }
+        # Both listen on the cluster's host link (where pods reach them), and answer their clients.
+        assert stores["AWS_ENDPOINT_URL"].startswith(f"http://{_host_ip(state['kubeconfig'])}:")
+        assert stores["HF_ENDPOINT"].startswith(f"http://{_host_ip(state['kubeconfig'])}:")
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=stores["AWS_ENDPOINT_URL"],
+            aws_access_key_id=stores["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=stores["AWS_SECRET_ACCESS_KEY"],
+            region_name=stores["AWS_REGION"],
+        )
+        assert "Buckets" in s3.list_buckets()
+        with pytest.raises(RepositoryNotFoundError):
+            huggingface_hub.HfApi(endpoint=stores["HF_ENDPOINT"], token=False).model_info(
+                "no/such-model", revision="main"
+            )
         with urllib.request.urlopen(f"{state['prometheus']}/-/ready", timeout=5) as response:
             assert response.status == 200
     finally:
@@ -60,9 +92,13 @@ def _ip(what: str) -> str:
     return subprocess.run(["ip", "-o", what, "show"], capture_output=True, text=True, check=True).stdout
 
 
+def _host_ip(kubeconfig: str) -> str:
+    """The host end of the cluster's link, where its apiserver listens (and its model stores)."""
+    server = yaml.safe_load(Path(kubeconfig).read_text())["clusters"][0]["cluster"]["server"]
+    return str(server.removeprefix("https://").rsplit(":", 1)[0])
+
+
 def _own_link(kubeconfig: str) -> str:
     """The host veth of the cluster whose apiserver the kubeconfig names: it listens on the host end
     of its slot's link, 198.19.255.(4 x slot + 1)."""
-    server = yaml.safe_load(Path(kubeconfig).read_text())["clusters"][0]["cluster"]["server"]
-    host = server.removeprefix("https://").rsplit(":", 1)[0]
-    return Addresses((int(host.rsplit(".", 1)[1]) - 1) // 4).host_link
+    return Addresses((int(_host_ip(kubeconfig).rsplit(".", 1)[1]) - 1) // 4).host_link

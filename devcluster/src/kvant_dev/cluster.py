@@ -12,6 +12,7 @@ from kubernetes import client
 from kubernetes import config as kube_config
 
 from kvant_dev.controlplane import ControlPlane
+from kvant_dev.model_stores import ModelStores
 from kvant_dev.netutil import wait_until
 from kvant_dev.network import Addresses, ClusterNetwork
 from kvant_dev.process import ManagedProcess
@@ -36,6 +37,7 @@ class LocalCluster:
     network: ClusterNetwork = field(init=False)
     node_agent: ManagedProcess | None = None
     prometheus: Prometheus | None = None
+    model_stores: ModelStores | None = None
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -114,7 +116,24 @@ class LocalCluster:
             self.prometheus.start()
         return self.prometheus
 
+    def start_model_stores(self, hub_token: str | None = None) -> ModelStores:
+        """SeaweedFS (S3) and the Hub stand-in on the host link, where pods reach them."""
+        if self.model_stores is None:
+            stores = ModelStores(
+                self.workdir / "stores", self.addresses.host_ip, self.tied_to_parent, hub_token
+            )
+            try:
+                stores.start()
+            except BaseException:
+                stores.stop()
+                raise
+            self.model_stores = stores
+        return self.model_stores
+
     def stop(self) -> None:
+        if self.model_stores is not None:
+            self.model_stores.stop()
+            self.model_stores = None
         if self.prometheus is not None:
             self.prometheus.stop()
         if self.node_agent is not None:

@@ -21,6 +21,7 @@ class ClusterState(TypedDict):
     kubeconfig: str
     node_root: str
     prometheus: str | None
+    stores: dict[str, str]
     processes: dict[str, int]
     logs: str
 
@@ -65,6 +66,7 @@ def _up(args: argparse.Namespace) -> int:
         cluster.start_workloads()
         if args.prometheus:
             cluster.start_prometheus()
+        stores = cluster.start_model_stores()
     except BaseException:
         print(cluster.diagnostics())
         cluster.stop()
@@ -76,10 +78,12 @@ def _up(args: argparse.Namespace) -> int:
         processes["node-agent"] = cluster.node_agent
     if cluster.prometheus and cluster.prometheus.process:
         processes["prometheus"] = cluster.prometheus.process
+    processes.update(stores.processes())
     state: ClusterState = {
         "kubeconfig": str(cluster.kubeconfig),
         "node_root": str(cluster.node_root),
         "prometheus": cluster.prometheus.url if cluster.prometheus else None,
+        "stores": stores.env(),
         # Stop order: the node agent first, so it can stop its pods gracefully.
         "processes": {name: proc.pid for name, proc in reversed(list(processes.items()))},
         "logs": str(cluster.control_plane.log_path("").parent),
@@ -96,7 +100,8 @@ def _down(args: argparse.Namespace) -> int:
         print("no local cluster is up")
         return 0
     for name, pid in state["processes"].items():
-        stop_group(int(pid), grace_seconds=20.0 if name == "node-agent" else 10.0)
+        # The node agent stops its pods gracefully; SeaweedFS ignores SIGTERM for long (see s3server).
+        stop_group(int(pid), grace_seconds={"node-agent": 20.0, "seaweedfs": 3.0}.get(name, 10.0))
         print(f"stopped {name} (pid {pid})")
     release_test_range_guard()
     shutil.rmtree(state_dir(), ignore_errors=True)
@@ -137,6 +142,10 @@ def _print_env(state: ClusterState) -> None:
     print(f"export KVANT_NODE_ROOT={state['node_root']}  # the node's filesystem (hostPath, file://)")
     if state.get("prometheus"):
         print(f"# prometheus: {state['prometheus']}")
+    # The local S3 (SeaweedFS) and the Hub stand-in, for boto3, huggingface_hub and `kvant fetch`;
+    # pods reach them at the same addresses.
+    for name, value in (state.get("stores") or {}).items():
+        print(f"export {name}={value}")
 
 
 def _load_state() -> ClusterState | None:

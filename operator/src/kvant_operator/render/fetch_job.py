@@ -92,8 +92,17 @@ def fetch_job(
         optional = not spec.source.credentials_secret
         container["envFrom"] = [{"secretRef": {"name": secret, "optional": optional}}]
     volume = {"name": "artifacts", "persistentVolumeClaim": {"claimName": settings.artifact_pvc}}
-    # Pod restarts resume from the partial files on the volume, so a few are cheap.
-    return job_object(meta, [container], [volume], backoff_limit=3)
+    # Pod restarts resume from the partial files on the volume, so a few are cheap; a failure that
+    # another pod would repeat (`kvant fetch` exits 2: a token, a missing object) fails the Job at
+    # once, and a pod evicted from its node does not count.
+    job = job_object(meta, [container], [volume], backoff_limit=3)
+    job["spec"]["podFailurePolicy"] = {
+        "rules": [
+            {"action": "FailJob", "onExitCodes": {"containerName": "fetch", "operator": "In", "values": [2]}},
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+        ]
+    }
+    return job
 
 
 def source_location(settings: OperatorSettings, folder: str) -> str:

@@ -11,6 +11,12 @@ from pathlib import Path
 from kvant_runtime.fetch.fetcher import FetchOptions, fetch
 from kvant_runtime.fetch.remote import DEFAULT_PATTERNS, FetchError, Remote
 
+# The fetch Job fails at once on EXIT_FAILED (a bad token, a missing object, corrupt bytes after
+# retries: another pod would fail the same way) and restarts the pod on EXIT_RETRYABLE (the server
+# was unreachable), which then resumes from the partial files.
+EXIT_FAILED = 2
+EXIT_RETRYABLE = 3
+
 _DESCRIPTION = f"""\
 Fetch a model source into ROOT/<folder>, where <folder> is named by the resolved revision (hf/ORG/NAME/
 <commit> or s3/BUCKET/<id>/<listing digest>). Files download in parallel, resume after a restart, are
@@ -58,12 +64,12 @@ def run(args: argparse.Namespace) -> int:
     except FetchError as error:
         print(json.dumps({"event": "error", "kind": error.kind, "message": str(error)}), flush=True)
         print(f"kvant fetch: {error}", file=sys.stderr)
-        return 2
+        return EXIT_RETRYABLE if error.retryable else EXIT_FAILED
     except OSError as error:  # the sources volume: a full disk mid-file, permissions
         kind = "disk" if error.errno == 28 else "io"
         print(json.dumps({"event": "error", "kind": kind, "message": str(error)}), flush=True)
         print(f"kvant fetch: {args.uri}: {error}", file=sys.stderr)
-        return 2
+        return EXIT_FAILED
     print(json.dumps(result.fields()), flush=True)
     return 0
 
