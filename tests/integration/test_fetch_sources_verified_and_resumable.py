@@ -163,6 +163,20 @@ def test_s3_corruption_that_persists_fails_clearly_and_publishes_nothing(
     assert not list(tmp_path.rglob(MANIFEST_NAME)), "a fetch that failed verification published a folder"
 
 
+def test_a_volume_too_small_is_refused_before_any_download_naming_the_bytes(
+    s3_proxy: FaultProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A full disk, as the fetcher sees it: disk_usage reports 1 MiB free on the sources volume.
+    usage = shutil.disk_usage(tmp_path)._replace(free=MiB)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage)
+    served = s3_proxy.counts.responses
+    with pytest.raises(FetchError) as refused:
+        fetch(s3_remote(s3_proxy.url), tmp_path, FAST, io.StringIO())
+    assert refused.value.kind == "disk" and f"has {MiB} free" in str(refused.value)
+    assert "needs 15" in str(refused.value)  # ~15.7 MB more bytes, named in full
+    assert s3_proxy.counts.responses - served == 2, "only the listing and a part lookup: nothing downloaded"
+
+
 def run_fetch(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     kvant = Path(sys.executable).with_name("kvant")
     return subprocess.run(
