@@ -147,12 +147,31 @@ CREATE_CASES = [
         "spec.kvCache.calibration.dataset",
         True,
     ),
-    # No source type serves hf:// yet: refused at apply, not accepted and failed later.
+    # Fetched sources: refused at apply, not accepted and failed later.
+    ("hf-uri-not-org-name", {"source": {"uri": "hf://org/model/extra"}}, "spec.source.uri", True),
     (
-        "unserved-source-scheme",
-        {"source": {"uri": "hf://org/model", "revision": "v1"}},
-        "spec.source.uri",
+        "s3-revision",
+        {"source": {"uri": "s3://models/tiny", "revision": "main"}},
+        "spec.source.revision",
         True,
+    ),
+    (
+        "s3-block-on-pvc",
+        {"source": {"uri": "pvc://models/tiny", "s3": {"region": "eu-west-1"}}},
+        "spec.source.s3",
+        True,
+    ),
+    (
+        "allow-patterns-on-pvc",
+        {"source": {"uri": "pvc://models/tiny", "allowPatterns": ["*.safetensors"]}},
+        "spec.source.allowPatterns",
+        True,
+    ),
+    (
+        "s3-endpoint-not-http",
+        {"source": {"uri": "s3://models/tiny", "s3": {"endpoint": "file:///etc"}}},
+        "spec.source.s3.endpoint",
+        False,
     ),
     ("missing-gpu-memory", {"serving": {"gpu": {"memoryGiB": DELETE}}}, "spec.serving.gpu.memoryGiB", False),
     (

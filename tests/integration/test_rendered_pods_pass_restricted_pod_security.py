@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from kvant_dev.cluster import KubectlError
+from kvant_operator.api.status import SourceStatus
 from kvant_operator.artifact_recipe import artifact_key, artifact_location
 from kvant_operator.render import jobs
+from kvant_operator.render.fetch_job import fetch_job, fetch_key
 from kvant_operator.render.roles import roles
 from kvant_operator.render.serving import ServingInputs, deployment, serving_objects
 from kvant_operator.settings import OperatorSettings
@@ -72,6 +74,39 @@ def test_every_rendered_pod_is_admitted_under_restricted(restricted_namespace: A
         "create", "--dry-run=server", "-f", "-", input="\n".join(json.dumps(p) for p in pods)
     )
     assert result.stdout.count("(server dry run)") == len(pods), result.stdout + result.stderr
+
+
+def test_a_fetch_job_and_the_jobs_reading_its_folder_are_admitted_and_valid(
+    restricted_namespace: Any,
+) -> None:
+    """An s3:// model's fetch Job (credentials as envFrom, a podFailurePolicy) and the Jobs that read
+    the fetched folder: admitted under restricted, and the Job specs valid for the API server."""
+    model = body("tiny.yaml", source={"uri": "s3://models/tiny", "credentialsSecret": "s3-keys"})
+    model["metadata"]["namespace"] = NAMESPACE
+    spec = spec_of(model)
+    fetched = SourceStatus(
+        uri="s3://models/tiny",
+        revision="r" * 64,
+        location="pvc://kvant-artifacts/sources/s3/models/x/y",
+        digest="sha256:" + "a" * 64,
+    )
+    key = artifact_key(spec, SETTINGS, fetched)
+    workloads = [
+        fetch_job([model], spec, SETTINGS, fetch_key(spec, SETTINGS), 1),
+        jobs.plan_job(model, spec, SETTINGS, fetched),
+        jobs.artifact_job([model], spec, SETTINGS, key, attempt=1, fetched=fetched),
+    ]
+    pods = [_pod(w) for w in workloads]
+    result = restricted_namespace.kubectl(
+        "create", "--dry-run=server", "-f", "-", input="\n".join(json.dumps(p) for p in pods)
+    )
+    assert result.stdout.count("(server dry run)") == len(pods), result.stdout + result.stderr
+    for job in workloads:
+        job["metadata"].pop("ownerReferences", None)
+    result = restricted_namespace.kubectl(
+        "create", "--dry-run=server", "-f", "-", input="\n".join(json.dumps(j) for j in workloads)
+    )
+    assert result.stdout.count("(server dry run)") == len(workloads), result.stdout + result.stderr
 
 
 def test_a_file_source_is_a_host_path_which_restricted_refuses(restricted_namespace: Any) -> None:
