@@ -4,17 +4,20 @@ status, shared by models on the same source, and a missing object or a bad token
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.fault_proxy import FaultProxy
 from tests.kube_wait import wait_for
 from tests.model_stores import create_bucket, upload_folder
 
 from e2e.conftest import HUB_TOKEN, SOURCE_CREDENTIALS
 from e2e.qm import apply, condition, get_qm, wait_ready
+from kvant_contracts.artifact_manifest import artifact_digest
 from kvant_dev.cluster import LocalCluster
 from kvant_dev.hub_standin import publish
 from kvant_dev.model_stores import ModelStores
@@ -157,3 +160,69 @@ def test_missing_object_and_bad_token_are_degraded_with_the_cause(
     assert denied["reason"] == "FetchFailed" and "hf://kvant-e2e/private" in denied["message"]
     assert "access denied (401)" in denied["message"] and "HF_TOKEN" in denied["message"]
     assert get_qm(cluster, namespace, "denied")["status"]["phase"] == "Fetching"
+
+
+def test_a_fetch_pod_killed_mid_file_resumes_and_publishes_the_same_digest(
+    cluster: LocalCluster,
+    operator: Any,
+    namespace: str,
+    tiny_model: Any,
+    tiny_checkpoint: Path,
+    model_stores: ModelStores,
+    node_dir: Any,
+) -> None:
+    client = create_bucket(model_stores.s3, "models")
+    prefix = f"{namespace}/slow"
+    upload_folder(client, tiny_checkpoint, "models", prefix)
+    big = max(tiny_checkpoint.iterdir(), key=lambda p: p.stat().st_size)
+    client.put_object(Bucket="models", Key=f"{prefix}/padding.safetensors", Body=b"\0" * (8 << 20))
+    keys = model_stores.s3.env()
+    cluster.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps(
+            secret(
+                namespace,
+                SOURCE_CREDENTIALS,
+                {k: keys[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")},
+            )
+        ),
+    )
+    # The model reaches SeaweedFS through a throttling proxy on the host link, so the pod is caught mid-file.
+    host = model_stores.s3.host
+    with FaultProxy((host, model_stores.s3.port), host=host) as proxy:
+        proxy.throttle(1 << 20)
+        source = {"uri": f"s3://models/{prefix}", "s3": {"endpoint": proxy.url}}
+        apply(cluster, namespace, fetched_model(tiny_model, "resumed", source))
+        artifacts = node_dir.host / "artifacts" / "sources"
+
+        def partial() -> Path | None:
+            return (
+                next((p for p in artifacts.rglob("*.part") if p.stat().st_size >= 1 << 20), None)
+                if artifacts.exists()
+                else None
+            )
+
+        part = wait_for(partial, 120, "the fetch pod to write a partial file")
+        pods = cluster.kubectl(
+            "get", "pods", "-n", namespace, "-l", "app.kubernetes.io/component=fetch", "-o", "name"
+        ).stdout.split()
+        assert len(pods) == 1
+        cluster.kubectl("delete", "-n", namespace, pods[0], "--grace-period=0", "--force")
+        assert part.exists(), "the partial file survives its pod"
+        proxy.throttle(None)
+        pinned = fetched(cluster, namespace, "resumed")["status"]["source"]
+    # The replacement pod started from the bytes already on the volume (its first progress line)...
+    logs = cluster.kubectl(
+        "logs", "-n", namespace, "-l", "app.kubernetes.io/component=fetch", "--tail=-1"
+    ).stdout
+    start = json.loads(next(line for line in logs.splitlines() if '"event": "start"' in line))
+    assert start["bytesDone"] >= 1 << 20, logs[:2000]
+    # ...and published exactly the uploaded bytes.
+    folder = node_dir.host / "artifacts" / pinned["location"].removeprefix("pvc://kvant-artifacts/")
+    assert (folder / big.name).read_bytes() == big.read_bytes()
+    assert (folder / "padding.safetensors").read_bytes() == b"\0" * (8 << 20)
+    uploaded = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in tiny_checkpoint.iterdir()}
+    uploaded["padding.safetensors"] = hashlib.sha256(b"\0" * (8 << 20)).hexdigest()
+    assert pinned["digest"] == artifact_digest(uploaded)
