@@ -12,6 +12,8 @@ fields have the wrong types is not taken as a result: `from_log` returns None, a
 - `FetchProgress`: `kvant fetch` progress lines (key `event`, like the converter's, with files in
   place of shards), for the `Fetched` condition.
 - `SourceResult`: the fetched, verified source (key `sourceDigest`), on fetch's final line.
+- `EngineCheck`: what the engine pod's check found in the serving image (key `sglangVersion`): the
+  line `kvant launch --report` prints in the `engine-check` init container, for `status.engine`.
 """
 
 from __future__ import annotations
@@ -125,3 +127,13 @@ class SourceResult(_JobLine):
     path: str  # the published folder, relative to the sources root
     bytes: int
     files: int
+
+
+@dataclass(frozen=True)
+class EngineCheck(_JobLine):
+    KEY: ClassVar[str] = "sglangVersion"
+
+    sglangVersion: str
+    python: str
+    supported: bool
+    problem: str | None  # why the launcher cannot drive this image, or why SGLang refused the argv

@@ -28,8 +28,6 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from kvant_contracts.weight_formats import FORMATS
 
 KV_CACHE_DTYPES = ("auto", "bf16", "fp8_e4m3", "fp8_e5m2")
@@ -83,6 +81,10 @@ class LaunchSpec:
 
 
 def load_spec(path: Path) -> LaunchSpec:
+    # YAML only for a spec file: the launcher that runs inside a user's SGLang image reads the inline
+    # JSON spec with the standard library alone (see kvant_runtime.launch.zipapp).
+    import yaml  # noqa: PLC0415
+
     try:
         text = path.read_text()
         raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)

@@ -13,7 +13,8 @@ DEFAULT_OPERATOR_IMAGE = "ghcr.io/kvant-dev/kvant-operator:0.1.0"
 @dataclass(frozen=True)
 class OperatorSettings:
     # SGLang plus Kvant's runtime: converter, calibrator, launcher (`kvant launch` execs SGLang),
-    # simulator and gate. A spec.serving.image must be built the same way (images/runtime.Dockerfile).
+    # simulator and gate. spec.serving.image may be any SGLang 0.5 image: the launcher reaches it as
+    # a zipapp from this image's init container (render/engine_launcher.py).
     runtime_image: str = DEFAULT_RUNTIME_IMAGE
     operator_image: str = DEFAULT_OPERATOR_IMAGE  # also runs `kvant plan` Jobs (no torch needed)
     artifact_pvc: str = "kvant-artifacts"  # where artifacts go when spec.weights.output is unset

@@ -62,6 +62,16 @@ class SourceStatus(ApiModel):
     files: int = Field(default=0, ge=0, description="Number of fetched files.")
 
 
+class EngineStatus(ApiModel):
+    """What the serving image holds, as its engine pods' `engine-check` found it."""
+
+    image: str = Field(
+        max_length=512, description="The serving image (spec.serving.image or the runtime image)."
+    )
+    sglang_version: str = Field(default="", max_length=64, description="The SGLang version in the image.")
+    python: str = Field(default="", max_length=32, description="The image's Python version.")
+
+
 class ArtifactStatus(ApiModel):
     """The converted checkpoint being served."""
 
@@ -141,6 +151,7 @@ class QuantizedModelStatus(ApiModel):
         description="Label selector of the serving pods: the scale subresource's, for autoscalers.",
     )
     source: SourceStatus | None = Field(default=None, description="The fetched source (hf://, s3://).")
+    engine: EngineStatus | None = Field(default=None, description="The SGLang the serving image holds.")
     artifact: ArtifactStatus | None = Field(default=None, description="The served artifact.")
     plan: PlanStatus | None = Field(default=None, description="The capacity plan.")
     protection: ProtectionStatus | None = Field(default=None, description="Protection state.")

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from kvant_operator.api.lifecycle import ConditionType
 from kvant_operator.api.resource import QuantizedModel
-from kvant_operator.api.status import ArtifactStatus, Condition, PlanStatus, SourceStatus
+from kvant_operator.api.status import ArtifactStatus, Condition, EngineStatus, PlanStatus, SourceStatus
 from kvant_operator.kube_door import KubeDoor
 from kvant_operator.protection.loop import ProtectionResult
 from kvant_operator.reconcile.artifact_step import ensure_artifact
@@ -55,6 +55,7 @@ class Reconciler:
             spec,
             log,
             source=SourceStatus.model_validate(status["source"]) if status.get("source") else None,
+            engine=EngineStatus.model_validate(status["engine"]) if status.get("engine") else None,
             plan=PlanStatus.model_validate(status["plan"]) if status.get("plan") else None,
             artifact=ArtifactStatus.model_validate(status["artifact"]) if status.get("artifact") else None,
             protection=protection,

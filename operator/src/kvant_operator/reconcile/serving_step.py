@@ -11,6 +11,7 @@ from kvant_operator.api.lifecycle import ConditionType
 from kvant_operator.api.status import Phase
 from kvant_operator.artifact_recipe import artifact_key, artifact_location, needs_artifact, source_location
 from kvant_operator.kube_door import KubeDoor
+from kvant_operator.reconcile.engine_check import read_engine_check
 from kvant_operator.reconcile.state import Obj, Pass
 from kvant_operator.render.meta import with_applied_hash
 from kvant_operator.render.roles import roles, workload_name
@@ -26,7 +27,10 @@ def serve(p: Pass, kube: KubeDoor, settings: OperatorSettings) -> tuple[Phase, b
         objects = [o for o in objects if o["kind"] == "ConfigMap"] if p.protection is not None else []
     for obj in objects:
         kube.ensure(with_applied_hash(obj))
-    return rollout_status(p, kube)
+    phase, busy = rollout_status(p, kube)
+    if read_engine_check(p, kube, settings, rolling=busy):
+        return Phase.DEGRADED, True
+    return phase, busy
 
 
 def desired_objects(p: Pass, settings: OperatorSettings) -> list[Obj]:

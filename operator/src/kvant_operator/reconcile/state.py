@@ -17,6 +17,7 @@ from kvant_operator.api.status import (
     ArtifactStatus,
     Condition,
     ConditionStatus,
+    EngineStatus,
     Phase,
     PlanStatus,
     SourceStatus,
@@ -81,6 +82,7 @@ class Pass:
     spec: QuantizedModelSpec
     log: ConditionLog
     source: SourceStatus | None = None  # a fetched source, once fetched
+    engine: EngineStatus | None = None  # the serving image's SGLang, once an engine pod checked it
     plan: PlanStatus | None = None
     artifact: ArtifactStatus | None = None
     protection: ProtectionResult | None = None

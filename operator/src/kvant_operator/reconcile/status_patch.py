@@ -34,6 +34,8 @@ def outcome(body: Obj, log: ConditionLog, phase: Phase, busy: bool, p: Pass | No
     if protection is not None:
         status["protection"] = protection.status  # None values delete stale keys (merge patch)
         events += protection.events
+    if p is not None and p.engine is not None:
+        status["engine"] = p.engine.model_dump(mode="json", by_alias=True, exclude_none=True)
     if p is not None and p.source is not None:
         status["source"] = p.source.model_dump(mode="json", by_alias=True, exclude_none=True)
     if p is not None and p.plan is not None:

@@ -22,6 +22,8 @@ from kvant_operator.api.spec import Engine, QuantizedModelSpec
 from kvant_operator.api.status import PlanStatus
 from kvant_operator.artifact_recipe import digest
 from kvant_operator.render.access_secrets import with_access
+from kvant_operator.render.engine_launcher import VOLUME as LAUNCHER_VOLUME
+from kvant_operator.render.engine_launcher import engine_command, init_containers
 from kvant_operator.render.limits_configmap import LIMITS_FILE, limits_configmap, limits_name
 from kvant_operator.render.meta import Obj, object_meta
 from kvant_operator.render.network_policy import network_policy
@@ -75,7 +77,7 @@ def deployment(inputs: ServingInputs, role: Role) -> Obj:
     body, model = inputs.body, inputs.model
     meta = object_meta(body, workload_name(model, role), "serving")
     meta["labels"].update(role.labels(model))
-    pod = {
+    pod: Obj = {
         "containers": [_engine_container(inputs, role), _gate_container(inputs)],
         "volumes": [
             {"name": "limits", "configMap": {"name": limits_name(model)}},
@@ -83,6 +85,9 @@ def deployment(inputs: ServingInputs, role: Role) -> Obj:
         ],
         "terminationGracePeriodSeconds": 60,
     }
+    if inputs.spec.serving.engine is Engine.SGLANG:
+        pod["initContainers"] = init_containers(inputs.settings.runtime_image, pod["containers"][0])
+        pod["volumes"].append(LAUNCHER_VOLUME)
     pod_spec = restricted(with_access(pod, inputs.spec.access, inputs.spec.serving.engine))
     engine = pod_spec["containers"][0]
     template_labels = {**meta["labels"]}
@@ -122,12 +127,9 @@ def _engine_container(inputs: ServingInputs, role: Role) -> Obj:
     if spec.serving.engine is Engine.SIMULATOR:
         container["args"] = _simulator_args(inputs, role)
         return container
-    container["image"] = spec.serving.image or settings.runtime_image  # it must carry `kvant launch`
-    container["args"] = [
-        "launch",
-        "--spec-json",
-        _launch_spec(inputs, role).to_json(),
-    ]
+    # The user's SGLang image, with the launcher from an emptyDir (render/engine_launcher.py).
+    container["image"] = spec.serving.image or settings.runtime_image
+    engine_command(container, _launch_spec(inputs, role).to_json())
     gpus = str(spec.serving.gpu.count)
     container["resources"] = {
         "limits": {spec.serving.gpu.resource: gpus},

@@ -1,5 +1,12 @@
 """`kvant launch`: build the SGLang command line from a launch spec, validate it, exec SGLang.
 
+It runs inside the serving image, which is the user's SGLang image: the runtime image's init
+container copies it there as a stdlib-only zipapp (`kvant launch-zipapp`), run by the image's own
+Python, so the command line is validated by the SGLang that will serve. `--check` (the engine pod's
+`engine-check` init container) does everything but exec and prints what it found as one JSON line
+(`EngineCheck`: the SGLang version, whether it is driven, why not), which the operator shows in
+`status.engine`; an SGLang version outside the line the launcher drives is refused by name.
+
 Everything that can be wrong is checked before SGLang starts loading weights:
 the spec's fields, the artifact against its manifest and digest, the weights
 format against the checkpoint's config, and the final command line against
@@ -11,8 +18,10 @@ other signal reach it directly, with no wrapper in between to forward them.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
+import platform
 import shlex
 import sys
 from pathlib import Path
@@ -21,6 +30,18 @@ log = logging.getLogger("kvant.launch")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    add_launch_parser(subparsers)
+    zipapp = subparsers.add_parser(
+        "launch-zipapp",
+        help="write the launcher as a stdlib-only zipapp, for an SGLang image without Kvant",
+        description="Write kvant launch as one .pyz file that any Python >= 3.10 runs.",
+    )
+    zipapp.add_argument("output", type=Path, metavar="PYZ")
+    zipapp.set_defaults(run=_write_zipapp)
+
+
+def add_launch_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`launch` alone: what the zipapp offers (`standalone.py`)."""
     parser = subparsers.add_parser(
         "launch",
         help="validate and exec SGLang from a launch spec",
@@ -33,11 +54,30 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="JSON",
         help="the launch spec inline (the operator puts it in the pod template, so a change rolls the pods)",
     )
-    parser.add_argument("--dry-run", action="store_true", help="validate and print the command; do not start")
+    parser.add_argument(
+        "--print-argv",
+        "--dry-run",
+        dest="dry_run",
+        action="store_true",
+        help="validate and print SGLang's command line, then exit (for users and reviewers)",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="validate as --print-argv does, and print the image's SGLang version as one JSON line",
+    )
     parser.add_argument(
         "--verify-content", action="store_true", help="re-hash every artifact file (reads all weights)"
     )
     parser.set_defaults(run=run)
+
+
+def _write_zipapp(args: argparse.Namespace) -> int:
+    from kvant_runtime.launch.zipapp import build_launcher  # noqa: PLC0415
+
+    build_launcher(args.output)
+    print(f"wrote {args.output}")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,9 +90,18 @@ def run(args: argparse.Namespace) -> int:
         redacted,
         with_admin_key,
     )
+    from kvant_runtime.launch.sglang_support import SGLangMissing, installed_version, unsupported  # noqa: PLC0415
     from kvant_runtime.launch.validate import SGLangRejected, validate_argv  # noqa: PLC0415
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        version = installed_version()
+        problem = unsupported(version)
+    except SGLangMissing as missing:
+        version, problem = "", str(missing)
+    if problem is not None:
+        return _refuse(args.check, version, False, problem)
+    log.info("event=launch.sglang version=%s python=%s", version, platform.python_version())
     try:
         spec = load_spec(args.spec) if args.spec else parse_spec_json(args.spec_json)
         check_artifact(Path(spec.modelPath), spec.artifactDigest, args.verify_content)
@@ -61,10 +110,12 @@ def run(args: argparse.Namespace) -> int:
         argv = with_admin_key(argv, token)
         validate_argv(argv, list(spec.engineArgs))
     except (SpecError, ManifestError, SGLangRejected) as error:
-        print(f"kvant launch: {error}", file=sys.stderr)
-        return 2
+        return _refuse(args.check, version, True, str(error))
     command = [sys.executable, "-m", "sglang.launch_server", *argv]
     shown = shlex.join(redacted(command))
+    if args.check:
+        print(_check_line(version, True, None))
+        return 0
     if args.dry_run:
         print(shown)
         return 0
@@ -72,6 +123,22 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, command)
+
+
+def _refuse(check: bool, version: str, supported: bool, problem: str) -> int:
+    if check:
+        print(_check_line(version, supported, problem), flush=True)
+    print(f"kvant launch: {problem}", file=sys.stderr)
+    return 2
+
+
+def _check_line(version: str, supported: bool, problem: str | None) -> str:
+    from kvant_contracts.job_lines import EngineCheck  # noqa: PLC0415
+
+    found = EngineCheck(
+        sglangVersion=version, python=platform.python_version(), supported=supported, problem=problem
+    )
+    return json.dumps(found.fields())
 
 
 def check_artifact(artifact: Path, expected_digest: str | None, content: bool) -> None:

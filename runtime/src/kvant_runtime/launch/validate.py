@@ -11,6 +11,7 @@ import argparse
 from typing import Any, NoReturn
 
 from kvant_runtime.launch.argv import FLAG_OWNERS
+from kvant_runtime.launch.sglang_support import installed_version
 
 
 class SGLangRejected(ValueError):
@@ -30,12 +31,6 @@ def sglang_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def sglang_version() -> str:
-    from sglang.version import __version__  # type: ignore[import-untyped, import-not-found, unused-ignore]  # noqa: PLC0415
-
-    return str(__version__)
-
-
 def validate_argv(argv: list[str], engine_args: list[str]) -> Any:
     """Parse `argv` as `python -m sglang.launch_server` would; returns SGLang's ServerArgs."""
     from sglang.srt.server_args import ServerArgs  # type: ignore[import-untyped, import-not-found, unused-ignore]  # noqa: PLC0415
@@ -46,9 +41,9 @@ def validate_argv(argv: list[str], engine_args: list[str]) -> Any:
         namespace = parser.parse_args(argv)
         return ServerArgs.from_cli_args(namespace)
     except SGLangRejected as error:
-        raise SGLangRejected(f"SGLang {sglang_version()} rejected the command line: {error}") from None
+        raise SGLangRejected(f"SGLang {installed_version()} rejected the command line: {error}") from None
     except (TypeError, ValueError) as error:
-        raise SGLangRejected(f"SGLang {sglang_version()} rejected the arguments: {error}") from None
+        raise SGLangRejected(f"SGLang {installed_version()} rejected the arguments: {error}") from None
 
 
 def _refuse_owned_flags(parser: argparse.ArgumentParser, engine_args: list[str]) -> None:
