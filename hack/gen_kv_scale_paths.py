@@ -57,8 +57,12 @@ GENERATOR = "hack/gen_kv_scale_paths.py"
 _REMAP = "maybe_remap_kv_scale_name"
 _RADIX = "sglang.srt.layers.radix_attention.RadixAttention"
 _AUTO_LOADER = "AutoWeightsLoader"
+_MODELS = "sglang.srt.models."
+_PARSED = (_MODELS, "sglang.srt.model_loader.")
 _V2_SWITCH = "SGLANG_ENABLE_WEIGHT_LOADER_V2"
-_MIXERS = re.compile(r"Mamba|LinearAttention|LinearAttn|GatedDeltaNet|Lightning|ShortConv|KimiDelta|SSM|MiniMaxM2Linear")
+_MIXERS = re.compile(
+    r"Mamba|LinearAttention|LinearAttn|GatedDeltaNet|Lightning|ShortConv|KimiDelta|SSM|MiniMaxM2Linear"
+)
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,7 @@ class Source:
         return self._modules[name]
 
     def _parse(self, name: str) -> Module | None:
-        if not name.startswith("sglang."):
+        if not name.startswith(_PARSED):  # what loaders and model classes are made of
             return None
         base = self.package.parent / name.replace(".", "/")
         path = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
@@ -111,7 +115,11 @@ class Source:
                 module.classes[node.name] = node
             elif isinstance(node, ast.FunctionDef):
                 module.functions[node.name] = node
-            elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            elif (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+            ):
                 module.aliases[node.targets[0].id] = node.value
         for node in ast.walk(tree):  # imports inside functions count too (loaders import lazily)
             if isinstance(node, ast.ImportFrom):
@@ -196,7 +204,9 @@ class Classes:
             self._mro[key] = [key, *_c3_merge([self.mro(base) for base in bases] + [bases])]
         return self._mro[key]
 
-    def method(self, key: ClassKey, name: str, after: ClassKey | None = None) -> tuple[ClassKey, ast.FunctionDef] | None:
+    def method(
+        self, key: ClassKey, name: str, after: ClassKey | None = None
+    ) -> tuple[ClassKey, ast.FunctionDef] | None:
         order = self.mro(key)
         if after is not None and after in order:
             order = order[order.index(after) + 1 :]
@@ -205,8 +215,12 @@ class Classes:
             for item in node.body:
                 if isinstance(item, ast.FunctionDef) and item.name == name:
                     return owner, item
-                if isinstance(item, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in item.targets):
-                    if isinstance(item.value, ast.Attribute) and (other := self.key(module, item.value.value)):
+                if isinstance(item, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == name for t in item.targets
+                ):
+                    if isinstance(item.value, ast.Attribute) and (
+                        other := self.key(module, item.value.value)
+                    ):
                         return self.method(other, item.value.attr)
         return None
 
@@ -298,7 +312,12 @@ def _default_branch_nodes(function: ast.FunctionDef) -> list[ast.AST]:
 
 
 def _callees(
-    classes: Classes, found: _Loader, context: ClassKey | None, owner: ClassKey | None, module: Module, call: ast.Call
+    classes: Classes,
+    found: _Loader,
+    context: ClassKey | None,
+    owner: ClassKey | None,
+    module: Module,
+    call: ast.Call,
 ) -> list[_Work]:
     func = call.func
     name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
@@ -321,7 +340,12 @@ def _callees(
         targets.append((context, classes.method(context, func.attr)))
     elif _is_super(value) and context and owner:
         targets.append((context, classes.method(context, func.attr, after=owner)))
-    elif isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id == "self" and context:
+    elif (
+        isinstance(value, ast.Attribute)
+        and isinstance(value.value, ast.Name)
+        and value.value.id == "self"
+        and context
+    ):
         for held in classes.attribute_types(context, value.attr):
             targets.append((held, classes.method(held, func.attr)))
     else:
@@ -354,63 +378,106 @@ def _is_parameter_dict(node: ast.expr) -> bool:
     return bool(re.fullmatch(r"(self\.)?params?(_dict)?", text))
 
 
-def reachable_classes(classes: Classes, entry: ClassKey) -> list[ClassKey]:
+@dataclass(frozen=True)
+class _ClassFacts:
+    refs: list[ClassKey]  # bases and the model classes the body names (also through module-level tables)
+    names: set[str]  # every identifier the body uses
+    radix: set[str]  # attributes assigned a RadixAttention
+    builds: list[tuple[str, ClassKey]]  # (attribute, class whose instance `self.<attribute> = ...` holds)
+
+
+def class_facts(classes: Classes, key: ClassKey, cache: dict[ClassKey, _ClassFacts]) -> _ClassFacts:
+    if key in cache:
+        return cache[key]
+    module, node = classes.node(key)
+    refs = classes.mro(key)[1:]
+    names: set[str] = set()
+    radix: set[str] = set()
+    builds: list[tuple[str, ClassKey]] = []
+    for item in ast.walk(node):
+        if isinstance(item, ast.Name | ast.Attribute):
+            names.add(item.id if isinstance(item, ast.Name) else item.attr)
+            if named := classes.key(module, item):
+                refs.append(named)
+            elif isinstance(item, ast.Name) and item.id in module.aliases:  # e.g. a dict of layer classes
+                refs.extend(
+                    k for e in ast.walk(module.aliases[item.id]) if (k := _class_named(classes, module, e))
+                )
+        if _assigns_self(item) and isinstance(item, ast.Assign):
+            attributes = [t.attr for t in item.targets if isinstance(t, ast.Attribute)]
+            if (
+                isinstance(item.value, ast.Call)
+                and classes.source.qualified(module, item.value.func) == _RADIX
+            ):
+                radix.update(attributes)
+            for call in ast.walk(item.value):
+                if isinstance(call, ast.Call) and (built := classes.key(module, call.func)) and built != key:
+                    builds.extend((attribute, built) for attribute in attributes)
+    cache[key] = _ClassFacts(refs, names, radix, builds)
+    return cache[key]
+
+
+def _class_named(classes: Classes, module: Module, node: ast.AST) -> ClassKey | None:
+    return classes.key(module, node) if isinstance(node, ast.Name | ast.Attribute) else None
+
+
+def reachable_classes(
+    classes: Classes, entry: ClassKey, cache: dict[ClassKey, _ClassFacts]
+) -> list[ClassKey]:
     """`entry`, its bases and every model class its code names, transitively (sglang.srt.models only)."""
     order: list[ClassKey] = []
+    seen: set[ClassKey] = set()
     queue = [entry]
     while queue:
         key = queue.pop(0)
-        if key in order or not key[0].startswith("sglang.srt.models."):
+        if key in seen or not key[0].startswith(_MODELS):
             continue
+        seen.add(key)
         order.append(key)
-        module, node = classes.node(key)
-        queue.extend(classes.mro(key)[1:])
-        for item in ast.walk(node):
-            if isinstance(item, ast.Name | ast.Attribute) and (named := classes.key(module, item)):
-                queue.append(named)
+        queue.extend(class_facts(classes, key, cache).refs)
     return order
 
 
-def attention_facts(classes: Classes, entry: ClassKey) -> tuple[list[str], bool]:
-    """(`<decoder attribute>.<RadixAttention attribute>` pairs, whether a non-attention mixer is reachable)."""
-    reachable = reachable_classes(classes, entry)
-    own: dict[ClassKey, set[str]] = {}
-    for key in reachable:
-        module, node = classes.node(key)
-        for item in ast.walk(node):
-            if _assigns_self(item) and isinstance(item.value, ast.Call):  # type: ignore[attr-defined]
-                if classes.source.qualified(module, item.value.func) == _RADIX:  # type: ignore[attr-defined]
-                    own.setdefault(key, set()).update(t.attr for t in item.targets)  # type: ignore[attr-defined]
-    holders = {key: set().union(*(own.get(base, set()) for base in classes.mro(key))) for key in reachable}
-    pairs: set[str] = set()
-    for key in reachable:
-        module, node = classes.node(key)
-        for item in ast.walk(node):
-            if not _assigns_self(item):
-                continue
-            for call in ast.walk(item.value):  # type: ignore[attr-defined]
-                built = classes.key(module, call.func) if isinstance(call, ast.Call) else None
-                if built is not None and holders.get(built) and built != key:
-                    pairs.update(f"{t.attr}.{attr}" for t in item.targets for attr in holders[built])  # type: ignore[attr-defined]
-    mixers = any(_MIXERS.search(key[1]) for key in reachable)
-    return sorted(pairs), mixers
+def attention_facts(
+    classes: Classes, entry: ClassKey, cache: dict[ClassKey, _ClassFacts]
+) -> tuple[set[str], list[str], bool]:
+    """(RadixAttention attributes, `<decoder attribute>.<RadixAttention attribute>` pairs, whether the
+    code can build a state-space or linear-attention mixer)."""
+    reachable = reachable_classes(classes, entry, cache)
+    facts = {key: class_facts(classes, key, cache) for key in reachable}
+
+    def holds(key: ClassKey) -> set[str]:
+        return set().union(*(facts[base].radix for base in classes.mro(key) if base in facts))
+
+    pairs = {
+        f"{attribute}.{radix}"
+        for key in reachable
+        for attribute, built in facts[key].builds
+        if built in facts
+        for radix in holds(built)
+    }
+    mixers = any(_MIXERS.search(name) for key in reachable for name in facts[key].names)
+    return set().union(*(f.radix for f in facts.values())), sorted(pairs), mixers
 
 
-def derive(classes: Classes, entry: ClassKey) -> Paths:
+def derive(classes: Classes, entry: ClassKey, cache: dict[ClassKey, _ClassFacts]) -> Paths:
     loader = loader_paths(classes, entry)
-    pairs, mixers = attention_facts(classes, entry)
-    radix = {pair.rpartition(".")[2] for pair in pairs}
-    if "attn_mqa" in radix:
+    radix, pairs, mixers = attention_facts(classes, entry, cache)
+    chosen = pairs
+    if not radix:
+        cache = "other"
+    elif mixers:
+        cache = "hybrid"
+    elif "attn_mqa" in radix:
         cache = "mla"
         chosen = [pair for pair in pairs if pair.endswith(".attn_mqa")]
-    elif not pairs:
-        cache, chosen = "other", []
     else:
-        cache = "hybrid" if mixers else "gqa"
-        chosen = pairs
+        cache = "gqa"
     json = classes.method(entry, "load_kv_cache_scales") is not None
     attention = chosen[0] if len(chosen) == 1 else ""
-    return Paths(loader.remap, loader.exact, json, cache, attention, entry[0].removeprefix("sglang.srt.models."))
+    return Paths(
+        loader.remap, loader.exact, json, cache, attention, entry[0].removeprefix("sglang.srt.models.")
+    )
 
 
 def architectures(source: Source) -> dict[str, ClassKey]:
@@ -444,4 +511,117 @@ def table(package: Path | None = None) -> tuple[str, dict[str, Paths]]:
     package = package or sglang_package()
     source = Source(package)
     classes = Classes(source)
-    return sglang_version(), {name: derive(classes, key) for name, key in architectures(source).items()}
+    cache: dict[ClassKey, _ClassFacts] = {}
+    return sglang_version(), {
+        name: derive(classes, key, cache) for name, key in architectures(source).items()
+    }
+
+
+_MODULE_HEAD = '''\
+"""How SGLang {version} loads FP8 KV-cache scales, per architecture it serves.
+
+generated by {generator} from SGLang {version}'s source; do not edit. After an SGLang bump, rerun
+`python {generator}` (tests/unit/test_kv_scale_paths_match_installed_sglang.py fails until then).
+docs/kv-scale-paths.md shows the same table; the generator's docstring says how each field is read.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+SGLANG_VERSION = "{version}"
+CacheKind = Literal["gqa", "mla", "hybrid", "other"]
+
+
+class ScalePaths(NamedTuple):
+    remap: bool  # takes `model.layers.N.self_attn.k_scale` through maybe_remap_kv_scale_name
+    exact: bool  # takes the RadixAttention's own parameter names, `model.layers.N.<attention>.k_scale`
+    json: bool  # reads per-layer scales from --quantization-param-path (load_kv_cache_scales)
+    cache: CacheKind  # what the KV cache holds: GQA/MHA K and V, DeepSeek's MLA latent, or otherwise
+    attention: str  # `<decoder layer attribute>.<RadixAttention attribute>`; "" when not derived
+
+
+_ = ScalePaths
+KV_SCALE_PATHS: dict[str, ScalePaths] = {{
+'''
+
+
+def render_module(version: str, paths: dict[str, Paths]) -> str:
+    rows = [
+        f'    "{name}": _({p.remap}, {p.exact}, {p.json}, "{p.cache}", "{p.attention}"),\n'
+        for name, p in paths.items()
+    ]
+    return _MODULE_HEAD.format(version=version, generator=GENERATOR) + "".join(rows) + "}\n"
+
+
+def render_doc(version: str, paths: dict[str, Paths]) -> str:
+    count = {
+        "remap": sum(p.remap for p in paths.values()),
+        "exact": sum(p.exact for p in paths.values()),
+        "json": sum(p.json for p in paths.values()),
+        "none": sum(not (p.remap or p.exact or p.json) for p in paths.values()),
+    }
+    kinds = {kind: sum(p.cache == kind for p in paths.values()) for kind in ("gqa", "mla", "hybrid", "other")}
+    lines = [
+        f"# FP8 KV-cache scales: where SGLang {version} reads them, per architecture",
+        "",
+        f"Generated by `{GENERATOR}` from SGLang {version}'s source; do not edit. The same table is",
+        "`runtime/src/kvant_runtime/calibrate/kv_scale_paths.py`, which `kvant calibrate` reads.",
+        "",
+        f"{len(paths)} architectures (the `EntryClass` classes of `sglang/srt/models/`): "
+        f"{count['remap']} take compressed-tensors names through `maybe_remap_kv_scale_name`, "
+        f"{count['exact']} take the RadixAttention's own parameter names, {count['json']} also read "
+        f"`--quantization-param-path`, {count['none']} load no scales (FP8 KV runs at scale 1.0). "
+        f"Cache: {kinds['gqa']} GQA/MHA, {kinds['mla']} DeepSeek MLA, {kinds['hybrid']} hybrid "
+        f"(state-space or linear-attention layers), {kinds['other']} other.",
+        "",
+        "- *remapped names*: the checkpoint names that `maybe_remap_kv_scale_name` maps onto the",
+        "  RadixAttention `self_attn.attn` (compressed-tensors' convention). A loader that remaps also",
+        "  drops exact names (it maps `...attn.k_scale` to `...attn.attn.k_scale`, no parameter).",
+        "- *exact names*: the parameters that the KV-cache quant method (`BaseKVCacheMethod.create_weights`,",
+        "  attached by a compressed-tensors `kv_cache_scheme`) registers on the RadixAttention, looked up",
+        "  by name. `?` where the attention's attribute path was not derived.",
+        "- *JSON*: the class has `load_kv_cache_scales`, which reads `--quantization-param-path`",
+        "  (`QuantParamSchema`: one scale per layer for K and V, one map per TP rank).",
+        "- *cache*: what the cache holds; Kvant calibrates `gqa` and `mla`.",
+        "",
+        "The analysis and its limits are described in the generator's docstring.",
+        "",
+        "| architecture | SGLang module | remapped names | exact names | JSON | cache |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, p in paths.items():
+        remapped = "`model.layers.N.self_attn.{k,v}_scale`" if p.remap else "-"
+        exact = (f"`model.layers.N.{p.attention}.{{k,v}}_scale`" if p.attention else "?") if p.exact else "-"
+        lines.append(
+            f"| {name} | {p.module} | {remapped} | {exact} | {'yes' if p.json else '-'} | {p.cache} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def outputs(package: Path | None = None) -> dict[Path, str]:
+    """The generated files' contents, from the installed SGLang."""
+    version, paths = table(package)
+    return {TABLE_MODULE: render_module(version, paths), TABLE_DOC: render_doc(version, paths)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only compare; exit 1 when a file differs")
+    args = parser.parse_args(argv)
+    stale = []
+    for path, text in outputs().items():
+        if not path.is_file() or path.read_text() != text:
+            stale.append(path.relative_to(ROOT))
+            if not args.check:
+                path.write_text(text)
+    if args.check and stale:
+        print(f"stale: {', '.join(map(str, stale))}; rerun `python {GENERATOR}`", file=sys.stderr)
+        return 1
+    for path in stale:
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -51,7 +51,9 @@ def test_minimal_spec_gets_the_defaults_a_user_would_choose():
     assert spec.kv_cache.scales is KvScales.CALIBRATE, (
         "FP8 KV must calibrate its scales unless told otherwise"
     )
-    assert spec.kv_cache.calibration is not None and spec.kv_cache.calibration.samples == 128
+    assert (
+        spec.kv_cache.calibration is not None and spec.kv_cache.calibration.samples == 512
+    )  # llm-compressor's KV-cache recipe
     assert spec.serving.tensor_parallel == 1 and spec.serving.gpu.count == 1
     assert spec.protection.target_token_usage == 0.9
 

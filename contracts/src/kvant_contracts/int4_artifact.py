@@ -27,6 +27,13 @@ FP8_SCALE_SUFFIX = "_scale_inv"
 FP8_UNQUANTIZED_DTYPE = "BF16"
 
 _ROUTED_EXPERT = re.compile(r"(^|\.)experts\.\d+\.")
+
+
+def is_routed_expert(name: str) -> bool:
+    """A MoE routed expert's tensor or module (`...experts.<n>...`), not a shared expert's."""
+    return bool(_ROUTED_EXPERT.search(name))
+
+
 _EMBEDDING = re.compile(r"(^|\.)(embed_tokens|embeddings?|wte|wpe|word_embeddings)$")
 _LM_HEAD = re.compile(r"(^|\.)(lm_head|embed_out)$")
 # Router gates: `mlp.gate`, `block_sparse_moe.gate`, `shared_expert_gate`, `router`; never `gate_proj`.

@@ -1,9 +1,10 @@
 """Tiny checkpoints with random weights, generated from transformers configs (nothing is downloaded).
 
 Tests, the demo and the end-to-end scenarios convert, calibrate and serve these instead of real
-models. Two architectures cover the shapes that matter: a Llama-style GQA model and a
-DeepSeek-V3-style MLA + MoE model, in bf16, fp16, fp32 (the same values, cast) or FP8-block
-(DeepSeek's own layout: e4m3 weights with a float32 `weight_scale_inv` per 128 x 128 block).
+models. Three architectures cover the shapes that matter: a Llama-style GQA model, a Qwen2 GQA model
+(biases on q/k/v, which SGLang loads by exact parameter name) and a DeepSeek-V3-style MLA + MoE
+model, in bf16, fp16, fp32 (the same values, cast) or FP8-block (DeepSeek's own layout: e4m3 weights
+with a float32 `weight_scale_inv` per 128 x 128 block).
 """
 
 from __future__ import annotations
@@ -27,17 +28,19 @@ _CAST: dict[str, torch.dtype] = {"fp16": torch.float16, "fp32": torch.float32}
 
 # Every Linear input dimension is a multiple of 128, so all INT4 group sizes apply; kv_a_proj_with_mqa
 # has 144 outputs, so FP8-block sources get a cropped edge block.
+_GQA: dict[str, Any] = {
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "max_position_embeddings": 512,
+    "tie_word_embeddings": False,
+}
 _CONFIGS: dict[str, dict[str, Any]] = {
-    "llama": {
-        "hidden_size": 128,
-        "intermediate_size": 256,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 32,
-        "max_position_embeddings": 512,
-        "tie_word_embeddings": False,
-    },
+    "llama": _GQA,
+    "qwen2": _GQA,
     "deepseek_v3": {
         "hidden_size": 128,
         "intermediate_size": 256,
@@ -92,6 +95,7 @@ def make_tiny_checkpoint(
     config.bos_token_id, config.eos_token_id, config.pad_token_id = 256, 257, 258
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)  # type: ignore[no-untyped-call]
+    _randomize_biases(model)
     if dtype in _CAST:
         model = model.to(_CAST[dtype])
     # transformers writes the checkpoint names (per-expert MoE weights); the re-split gives exact shards.
@@ -103,6 +107,15 @@ def make_tiny_checkpoint(
     generation.save_pretrained(out)
     _write_tokenizer(out)
     return out
+
+
+def _randomize_biases(model: torch.nn.Module) -> None:
+    """Gives every bias (Qwen2's q/k/v) random values: transformers starts them at zero, which would
+    hide a bias that a converter or a calibrator drops."""
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith(".bias"):
+                parameter.normal_(0.0, 0.5)
 
 
 def _split_into_shards(directory: Path, shards: int, fp8_block: bool) -> None:

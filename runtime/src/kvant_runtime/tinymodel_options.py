@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-Arch = Literal["llama", "deepseek_v3"]
+Arch = Literal["llama", "qwen2", "deepseek_v3"]
 Dtype = Literal["bf16", "fp16", "fp32", "fp8-block"]
-ARCHES: tuple[Arch, ...] = ("llama", "deepseek_v3")
+ARCHES: tuple[Arch, ...] = ("llama", "qwen2", "deepseek_v3")
 DTYPES: tuple[Dtype, ...] = ("bf16", "fp16", "fp32", "fp8-block")

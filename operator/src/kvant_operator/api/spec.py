@@ -255,7 +255,12 @@ class CalibrationSpec(ApiModel):
         ),
     )
 
-    samples: int = Field(default=128, ge=1, le=4096, description="Number of calibration sequences.")
+    samples: int = Field(
+        default=512,
+        ge=1,
+        le=4096,
+        description="Calibration sequences (default: llm-compressor's KV-cache recipe, 512 x 2,048)",
+    )
     sequence_length: int = Field(
         default=2048, ge=16, le=131072, description="Tokens per calibration sequence."
     )

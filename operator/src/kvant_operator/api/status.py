@@ -83,6 +83,17 @@ class ArtifactStatus(ApiModel):
     source_bytes: int = Field(default=0, ge=0, description="Source checkpoint size.")
 
 
+class CalibrationPlan(ApiModel):
+    """The calibration run, sized from the plan: its cost, and the device it gets."""
+
+    device: str = Field(max_length=8, description="cpu, or cuda when the CPU estimate is over an hour.")
+    gpus: int = Field(ge=0, description="GPUs the calibration pod requests (0 on CPU).")
+    flops: float = Field(ge=0, description="About 2 x active parameters x tokens.")
+    eta_seconds: int = Field(ge=0, description="Estimated run time on that device.")
+    samples: int = Field(ge=0, description="Calibration sequences.")
+    sequence_length: int = Field(ge=0, description="Tokens per sequence.")
+
+
 class PlanStatus(ApiModel):
     """The capacity plan, as `kvant plan --json` reports it (camelCase here, snake_case there)."""
 
@@ -106,6 +117,15 @@ class PlanStatus(ApiModel):
         default_factory=list, max_length=16, description="Why the plan may not fit."
     )
     source_bytes: int = Field(default=0, ge=0, description="Size of the source checkpoint's tensors.")
+    parameters: int = Field(default=0, ge=0, description="Parameters of the model.")
+    active_parameters: int = Field(
+        default=0, ge=0, description="Parameters one token passes through (MoE: the routed experts it uses)."
+    )
+    layers: int = Field(default=0, ge=0, description="Decoder layers.")
+    hidden_size: int = Field(default=0, ge=0, description="Hidden size.")
+    calibration: CalibrationPlan | None = Field(
+        default=None, description="Where and how long KV-scale calibration runs (when it runs)."
+    )
     inputs: str | None = Field(
         default=None, max_length=64, description="Digest of the spec fields the plan was made from."
     )

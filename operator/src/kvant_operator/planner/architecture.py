@@ -43,6 +43,7 @@ class MoeShape:
     intermediate_size: int
     shared_intermediate_size: int  # 0 when the model has no shared expert
     dense_layers: frozenset[int]  # layers with a dense MLP instead of experts
+    experts_per_token: int = 1  # routed experts each token passes through (num_experts_per_tok)
 
 
 @dataclass(frozen=True)
@@ -213,12 +214,17 @@ def _moe(config: dict[str, Any], model_type: str) -> MoeShape | None:
         mlp_only = {int(i) for i in config.get("mlp_only_layers") or []}
         dense = frozenset(i for i in range(layers) if i in mlp_only or (i + 1) % step != 0)
         experts = int(_first(config, "num_experts|num_local_experts"))
-        return MoeShape(experts, int(config["moe_intermediate_size"]), 0, dense)
+        return MoeShape(experts, int(config["moe_intermediate_size"]), 0, dense, _per_token(config))
     first_dense = int(config.get("first_k_dense_replace") or 0)
     freq = int(config.get("moe_layer_freq") or 1)
     dense = frozenset(i for i in range(layers) if i < first_dense or i % freq != 0)
     shared = int(config.get("n_shared_experts") or 0) * int(config["moe_intermediate_size"])
-    return MoeShape(int(config["n_routed_experts"]), int(config["moe_intermediate_size"]), shared, dense)
+    experts = int(config["n_routed_experts"])
+    return MoeShape(experts, int(config["moe_intermediate_size"]), shared, dense, _per_token(config))
+
+
+def _per_token(config: dict[str, Any]) -> int:
+    return int(config.get("num_experts_per_tok") or 1)
 
 
 def _fp8_block(config: dict[str, Any]) -> tuple[int, int] | None:

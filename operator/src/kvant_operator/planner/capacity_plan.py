@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from kvant_operator.api.spec import KvCacheDtype, QuantizedModelSpec, QuantTargets, WeightFormat
 from kvant_operator.api.status import PlanStatus
 from kvant_operator.planner.architecture import Attention, ModelShape
+from kvant_operator.planner.calibration_sizing import count_parameters
 from kvant_operator.planner.capacity import (
     GIB,
     RUNTIME_RESERVE_BYTES,
@@ -89,6 +90,10 @@ class CapacityPlan(BaseModel):
     max_concurrency: dict[int, int]
     fits: bool
     warnings: list[str]
+    parameters: int = 0
+    active_parameters: int = 0
+    num_layers: int = 0
+    hidden_size: int = 0
 
     def to_status(self) -> PlanStatus:
         return PlanStatus(
@@ -102,6 +107,10 @@ class CapacityPlan(BaseModel):
             max_concurrency={str(k): v for k, v in self.max_concurrency.items()},
             fits=self.fits,
             warnings=self.warnings[:16],
+            parameters=self.parameters,
+            active_parameters=self.active_parameters,
+            layers=self.num_layers,
+            hidden_size=self.hidden_size,
         )
 
 
@@ -126,7 +135,12 @@ def make_plan(checkpoint: Checkpoint, request: PlanRequest) -> CapacityPlan:
         tokens=tokens,
     )
     quantized = conversion.format in (WeightFormat.INT4, WeightFormat.FP8)
+    parameters = count_parameters(checkpoint.inventory, shape)
     return CapacityPlan(
+        parameters=parameters.total,
+        active_parameters=parameters.active,
+        num_layers=shape.num_layers,
+        hidden_size=shape.hidden_size,
         architecture=shape.architecture,
         attention=shape.attention,
         inventory=checkpoint.inventory.origin,

@@ -115,6 +115,7 @@ class Attempts:
                 attempt=attempt,
                 workers=self.workers,
                 fetched=p.source,
+                calibration=p.plan.calibration if p.plan else None,
             )
             self._create(job)
             self._progress("Finalizing", f"all {self.workers} conversion workers finished; finalizing")
@@ -138,7 +139,13 @@ class Attempts:
             )
         else:
             first = jobs.artifact_job(
-                [p.body], p.spec, self.settings, self.key, attempt=attempt, fetched=p.source
+                [p.body],
+                p.spec,
+                self.settings,
+                self.key,
+                attempt=attempt,
+                fetched=p.source,
+                calibration=p.plan.calibration if p.plan else None,
             )
         self._create(first)
         self._progress("Starting", f"job {first['metadata']['name']} is starting ({self.workers} worker(s))")

@@ -10,6 +10,7 @@ from kvant_operator.api.status import Phase, PlanStatus
 from kvant_operator.artifact_recipe import digest
 from kvant_operator.jobstate import JobPhase, ensure_job, failure_detail, job_state, last_pod_log
 from kvant_operator.kube_door import KubeDoor
+from kvant_operator.planner.calibration_sizing import with_calibration
 from kvant_operator.planner.capacity_plan import CapacityPlan
 from kvant_operator.reconcile.state import Blocked, Obj, Pass
 from kvant_operator.render import jobs
@@ -18,8 +19,13 @@ from kvant_operator.settings import OperatorSettings
 
 def ensure_plan(p: Pass, kube: KubeDoor, settings: OperatorSettings) -> None:
     inputs = digest(jobs.plan_inputs(p.spec))
-    if p.plan is not None and p.plan.inputs == inputs:
-        return
+    if p.plan is None or p.plan.inputs != inputs:
+        p.plan = _run_plan(p, kube, settings, inputs)
+        p.events.append(("Normal", "Planned", plan_summary(p.plan)))
+    p.plan = with_calibration(p.plan, p.spec)
+
+
+def _run_plan(p: Pass, kube: KubeDoor, settings: OperatorSettings, inputs: str) -> PlanStatus:
     job = ensure_job(kube, jobs.plan_job(p.body, p.spec, settings, p.source))
     state = job_state(job)
     if state.phase is JobPhase.RUNNING:
@@ -35,8 +41,7 @@ def ensure_plan(p: Pass, kube: KubeDoor, settings: OperatorSettings) -> None:
         raise p.fail(
             "PlanFailed", f"capacity planning failed: {detail}", "fix the source or spec; see Degraded"
         )
-    p.plan = _read_plan(kube, job, inputs)
-    p.events.append(("Normal", "Planned", plan_summary(p.plan)))
+    return _read_plan(kube, job, inputs)
 
 
 def _read_plan(kube: KubeDoor, job: Obj, inputs: str) -> PlanStatus:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvant_operator.api.spec import QuantizedModelSpec
-from kvant_operator.api.status import SourceStatus
+from kvant_operator.api.status import CalibrationPlan, SourceStatus
 from kvant_operator.artifact_recipe import (
     artifact_location,
     digest,
@@ -177,6 +177,7 @@ def artifact_job(
     attempt: int,
     workers: int = 1,
     fetched: SourceStatus | None = None,
+    calibration: CalibrationPlan | None = None,
 ) -> Obj:
     """One Job per artifact key, owned by every QuantizedModel that uses it. After a distributed
     conversion (workers > 1) its convert step only finalizes what the shards Job wrote."""
@@ -187,7 +188,7 @@ def artifact_job(
         finalize = ["--finalize"] if workers > 1 else []
         steps.append(_convert_container(spec, settings, source.path, output.path, finalize))
     if needs_calibration(spec):
-        steps.append(_calibrate_container(spec, settings, source.path, output.path))
+        steps.append(_calibrate_container(spec, settings, source.path, output.path, calibration))
     for step in steps:
         step["volumeMounts"] = _artifact_mounts(source.mount_path, output.mount_path)
     meta = _shared_meta(bodies, artifact_job_name(key, attempt), key, attempt)
@@ -267,7 +268,11 @@ def _convert_container(
 
 
 def _calibrate_container(
-    spec: QuantizedModelSpec, settings: OperatorSettings, source: str, artifact: str
+    spec: QuantizedModelSpec,
+    settings: OperatorSettings,
+    source: str,
+    artifact: str,
+    sizing: CalibrationPlan | None,
 ) -> Obj:
     calibration = spec.kv_cache.calibration
     assert calibration is not None  # defaulted whenever scales are calibrated
@@ -281,13 +286,21 @@ def _calibrate_container(
     ]
     if calibration.dataset != "builtin":
         args += ["--data", f"{source}/{calibration.dataset}"]  # a path inside the source
+    resources: Obj = {"requests": {"cpu": "1", "memory": "2Gi"}}
+    if sizing is not None and sizing.device == "cuda":  # sized by the plan (planner/calibration_sizing.py)
+        args += ["--device", "cuda"]
+        gpus = str(sizing.gpus)
+        resources = {
+            "requests": {"cpu": "4", "memory": "32Gi", spec.serving.gpu.resource: gpus},
+            "limits": {spec.serving.gpu.resource: gpus},
+        }
     return {
         "name": "calibrate",
         "image": settings.runtime_image,
         "command": ["kvant"],
         "args": args,
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+        "resources": resources,
     }
 
 

@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "calibrate", help="calibrate FP8 KV-cache scales into an artifact", description=_DESCRIPTION
     )
     parser.add_argument("artifact", type=Path, metavar="ARTIFACT_DIR")
-    parser.add_argument("--samples", type=int, default=128, help="at most this many samples (default 128)")
+    parser.add_argument("--samples", type=int, default=512, help="at most this many samples (default 512)")
     parser.add_argument("--sequence-length", type=int, default=2048, help="tokens per sample (default 2048)")
     parser.add_argument(
         "--data",
