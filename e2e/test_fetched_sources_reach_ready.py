@@ -35,6 +35,15 @@ def secret(namespace: str, name: str, data: dict[str, str]) -> Obj:
     }
 
 
+def apply_secret(cluster: LocalCluster, namespace: str, name: str, data: dict[str, str]) -> None:
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(secret(namespace, name, data)))
+
+
+def s3_keys(stores: ModelStores) -> dict[str, str]:
+    env = stores.s3.env()
+    return {k: env[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+
+
 def fetched_model(tiny_model: Any, name: str, source: Obj) -> Obj:
     manifest: Obj = tiny_model(name)
     manifest["spec"]["source"] = source
@@ -59,19 +68,7 @@ def test_s3_source_is_fetched_once_and_served(
 ) -> None:
     client = create_bucket(model_stores.s3, "models")
     upload_folder(client, tiny_checkpoint, "models", f"{namespace}/tiny")
-    keys = model_stores.s3.env()
-    cluster.kubectl(
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps(
-            secret(
-                namespace,
-                SOURCE_CREDENTIALS,
-                {k: keys[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")},
-            )
-        ),
-    )
+    apply_secret(cluster, namespace, SOURCE_CREDENTIALS, s3_keys(model_stores))
     source = {"uri": f"s3://models/{namespace}/tiny"}  # no endpoint, no Secret: the operator's defaults
     apply(cluster, namespace, fetched_model(tiny_model, "from-s3", source))
     apply(cluster, namespace, fetched_model(tiny_model, "from-s3-too", source))
@@ -101,9 +98,7 @@ def test_hf_source_is_pinned_to_the_commit_its_branch_named(
 ) -> None:
     repo = f"kvant-e2e/{namespace}"
     commit = publish(model_stores.hub_root, repo, tiny_checkpoint, refs=("main",))
-    cluster.kubectl(
-        "apply", "-f", "-", input=json.dumps(secret(namespace, "hub-token", {"HF_TOKEN": HUB_TOKEN}))
-    )
+    apply_secret(cluster, namespace, "hub-token", {"HF_TOKEN": HUB_TOKEN})
     source = {"uri": f"hf://{repo}", "revision": "main", "credentialsSecret": "hub-token"}
     apply(cluster, namespace, fetched_model(tiny_model, "from-hub", source))
     pinned = fetched(cluster, namespace, "from-hub")["status"]["source"]
@@ -122,22 +117,8 @@ def test_missing_object_and_bad_token_are_degraded_with_the_cause(
     cluster: LocalCluster, operator: Any, namespace: str, tiny_model: Any, model_stores: ModelStores
 ) -> None:
     create_bucket(model_stores.s3, "models")
-    keys = model_stores.s3.env()
-    cluster.kubectl(
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps(
-            secret(
-                namespace,
-                SOURCE_CREDENTIALS,
-                {k: keys[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")},
-            )
-        ),
-    )
-    cluster.kubectl(
-        "apply", "-f", "-", input=json.dumps(secret(namespace, "bad-token", {"HF_TOKEN": "hf_wrong"}))
-    )
+    apply_secret(cluster, namespace, SOURCE_CREDENTIALS, s3_keys(model_stores))
+    apply_secret(cluster, namespace, "bad-token", {"HF_TOKEN": "hf_wrong"})
     apply(
         cluster, namespace, fetched_model(tiny_model, "missing", {"uri": f"s3://models/{namespace}/nothing"})
     )
@@ -176,19 +157,7 @@ def test_a_fetch_pod_killed_mid_file_resumes_and_publishes_the_same_digest(
     upload_folder(client, tiny_checkpoint, "models", prefix)
     big = max(tiny_checkpoint.iterdir(), key=lambda p: p.stat().st_size)
     client.put_object(Bucket="models", Key=f"{prefix}/padding.safetensors", Body=b"\0" * (8 << 20))
-    keys = model_stores.s3.env()
-    cluster.kubectl(
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps(
-            secret(
-                namespace,
-                SOURCE_CREDENTIALS,
-                {k: keys[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")},
-            )
-        ),
-    )
+    apply_secret(cluster, namespace, SOURCE_CREDENTIALS, s3_keys(model_stores))
     # The model reaches SeaweedFS through a throttling proxy on the host link, so the pod is caught mid-file.
     host = model_stores.s3.host
     with FaultProxy((host, model_stores.s3.port), host=host) as proxy:

@@ -10,7 +10,7 @@ import json
 
 from kvant_operator.api.status import ArtifactStatus
 from kvant_operator.render.jobs import ARTIFACT_LABEL
-from kvant_operator.render.meta import Obj, model_labels
+from kvant_operator.render.meta import Obj, record_configmap
 
 RECORD_PREFIX = "kvant-artifact-"
 RECORD_KEY = "artifact.json"
@@ -21,19 +21,8 @@ def record_name(key: str) -> str:
 
 
 def artifact_record(body: Obj, key: str, artifact: ArtifactStatus) -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": record_name(key),
-            "namespace": body["metadata"]["namespace"],
-            "labels": {
-                **model_labels(body["metadata"]["name"], "artifact-record"),
-                ARTIFACT_LABEL: key,
-            },
-        },
-        "data": {RECORD_KEY: artifact.model_dump_json(by_alias=True)},
-    }
+    payload = (RECORD_KEY, artifact.model_dump_json(by_alias=True))
+    return record_configmap(body, record_name(key), "artifact-record", (ARTIFACT_LABEL, key), payload)
 
 
 def read_record(record: Obj) -> ArtifactStatus:

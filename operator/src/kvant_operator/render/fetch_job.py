@@ -16,7 +16,7 @@ from kvant_operator.api.spec import QuantizedModelSpec
 from kvant_operator.api.status import SourceStatus
 from kvant_operator.artifact_recipe import ARTIFACT_MOUNT, digest
 from kvant_operator.render.jobs import ATTEMPT_ANNOTATION, job_object
-from kvant_operator.render.meta import Obj, model_labels, object_meta, owner_reference
+from kvant_operator.render.meta import Obj, object_meta, owner_reference, record_configmap
 from kvant_operator.settings import OperatorSettings
 
 SOURCE_LABEL = "kvant.dev/source"
@@ -114,16 +114,8 @@ def record_name(key: str) -> str:
 
 
 def source_record(body: Obj, key: str, source: SourceStatus) -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": record_name(key),
-            "namespace": body["metadata"]["namespace"],
-            "labels": {**model_labels(body["metadata"]["name"], "source-record"), SOURCE_LABEL: key},
-        },
-        "data": {RECORD_KEY: source.model_dump_json(by_alias=True)},
-    }
+    payload = (RECORD_KEY, source.model_dump_json(by_alias=True))
+    return record_configmap(body, record_name(key), "source-record", (SOURCE_LABEL, key), payload)
 
 
 def read_source_record(record: Obj) -> SourceStatus:

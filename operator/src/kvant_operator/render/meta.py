@@ -53,3 +53,20 @@ def with_applied_hash(obj: Obj) -> Obj:
     stamped = copy.deepcopy(obj)
     stamped["metadata"].setdefault("annotations", {})[APPLIED_HASH] = digest(obj)
     return stamped
+
+
+def record_configmap(
+    body: Obj, name: str, component: str, label: tuple[str, str], payload: tuple[str, str]
+) -> Obj:
+    """A record ConfigMap (`payload` is its one key and JSON text). It has no owner on purpose: a
+    record outlives the models that made it, so a later model with the same key reuses the work."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": body["metadata"]["namespace"],
+            "labels": {**model_labels(body["metadata"]["name"], component), label[0]: label[1]},
+        },
+        "data": {payload[0]: payload[1]},
+    }

@@ -18,7 +18,15 @@ from huggingface_hub import errors as hf_errors
 from huggingface_hub.file_download import http_get
 from huggingface_hub.utils._headers import build_hf_headers
 
-from kvant_runtime.fetch.remote import Check, FetchError, RemoteFile, Snapshot, safe_relative, selected
+from kvant_runtime.fetch.remote import (
+    Check,
+    FetchError,
+    RemoteFile,
+    Snapshot,
+    Translated,
+    safe_relative,
+    selected,
+)
 
 
 class HfRemote:
@@ -37,7 +45,7 @@ class HfRemote:
 
     def resolve(self) -> Snapshot:
         api = huggingface_hub.HfApi(endpoint=self.endpoint, token=self.token or False)
-        with self._errors(f"{self.uri}: listing revision {self.revision!r}"):
+        with Translated(f"{self.uri}: listing revision {self.revision!r}", _translate):
             info = api.model_info(self.repo_id, revision=self.revision, files_metadata=True)
         if not info.sha:
             raise FetchError(
@@ -81,27 +89,13 @@ class HfRemote:
             self.repo_id, file.path, revision=self.commit, endpoint=self.endpoint
         )
         headers = build_hf_headers(token=self.token or False)
-        with self._errors(f"{self.uri}: downloading {file.path}"), part.open("ab") as out:
+        with Translated(f"{self.uri}: downloading {file.path}", _translate), part.open("ab") as out:
             http_get(url, out, resume_size=out.tell(), headers=headers, expected_size=file.size)
         part.replace(target)
         return target
 
-    class _errors:
-        """Turns huggingface_hub's typed errors into a FetchError that names the URI and the cause."""
 
-        def __init__(self, doing: str) -> None:
-            self.doing = doing
-
-        def __enter__(self) -> None:
-            return None
-
-        def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: object) -> None:
-            if error is None or isinstance(error, FetchError):
-                return
-            raise _translate(error, self.doing) from None
-
-
-def _translate(error: BaseException, doing: str) -> BaseException:
+def _translate(error: BaseException, doing: str) -> FetchError | None:
     status = getattr(getattr(error, "response", None), "status_code", None)
     if isinstance(error, hf_errors.GatedRepoError) or status in (401, 403):
         return FetchError(
@@ -119,7 +113,7 @@ def _translate(error: BaseException, doing: str) -> BaseException:
         return FetchError("not-found", f"{doing}: the file does not exist at this revision")
     if isinstance(error, OSError | hf_errors.HfHubHTTPError):
         return FetchError("unavailable", f"{doing}: {type(error).__name__}: {error}", retryable=True)
-    return error
+    return None
 
 
 class GitBlobCheck:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -107,3 +107,21 @@ def safe_relative(path: str, uri: str) -> str:
             "input", f"{uri}: the remote lists a file named {path!r}, which is not a safe relative path"
         )
     return path
+
+
+class Translated:
+    """Turns a client library's errors into a FetchError that names what was being done (the URI,
+    the file) and the cause; `translate` says how, and None lets an error through unchanged."""
+
+    def __init__(self, doing: str, translate: Callable[[BaseException, str], FetchError | None]) -> None:
+        self.doing, self.translate = doing, translate
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: object) -> None:
+        if error is None or isinstance(error, FetchError):
+            return
+        found = self.translate(error, self.doing)
+        if found is not None:
+            raise found from None

@@ -22,10 +22,19 @@ import boto3
 import botocore.config
 from botocore import exceptions as boto_errors
 
-from kvant_runtime.fetch.remote import Check, FetchError, RemoteFile, Snapshot, safe_relative, selected
+from kvant_runtime.fetch.remote import (
+    Check,
+    FetchError,
+    RemoteFile,
+    Snapshot,
+    Translated,
+    safe_relative,
+    selected,
+)
 
 _ETAG = re.compile(r"^(?P<md5>[0-9a-f]{32})(-(?P<parts>[0-9]+))?$")
 _CHUNK = 1 << 20
+_DENIED = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "Forbidden")
 
 
 class S3Remote:
@@ -47,7 +56,7 @@ class S3Remote:
 
     def resolve(self) -> Snapshot:
         objects: dict[str, dict[str, Any]] = {}
-        with _errors(f"{self.uri}: listing"):
+        with Translated(f"{self.uri}: listing", _translate):
             for page in self.client.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket, Prefix=self.prefix
             ):
@@ -115,7 +124,7 @@ class S3Remote:
     def _get(self, file: RemoteFile, part: Path, start: int) -> None:
         key = self.prefix + file.path
         extra: dict[str, str] = {"IfMatch": f'"{file.etag}"'} if file.etag else {}
-        with _errors(f"{self.uri}: downloading {file.path}"):
+        with Translated(f"{self.uri}: downloading {file.path}", _translate):
             try:
                 response = self.client.get_object(
                     Bucket=self.bucket, Key=key, Range=f"bytes={start}-", **extra
@@ -164,45 +173,24 @@ class ETagCheck:
         return "" if actual == self.etag else f"ETag {actual} (md5), the remote lists {self.etag}"
 
 
-class _errors:
-    """Turns boto's errors into a FetchError that names the URI and the cause."""
-
-    def __init__(self, doing: str) -> None:
-        self.doing = doing
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: object) -> None:
-        if error is None or isinstance(error, FetchError):
-            return
-        if isinstance(error, boto_errors.NoCredentialsError):
-            raise FetchError(
-                "auth", f"{self.doing}: no credentials; set AWS keys in spec.source.credentialsSecret"
-            ) from None
-        if isinstance(error, boto_errors.ClientError):
-            code = _code(error)
-            status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            if code in (
-                "AccessDenied",
-                "InvalidAccessKeyId",
-                "SignatureDoesNotMatch",
-                "Forbidden",
-            ) or status in (401, 403):
-                raise FetchError(
-                    "auth",
-                    f"{self.doing}: access denied ({code}); "
-                    "check the AWS keys in spec.source.credentialsSecret",
-                ) from None
-            if code in ("NoSuchBucket", "NoSuchKey", "404", "NotFound"):
-                raise FetchError(
-                    "not-found", f"{self.doing}: {code}: the bucket or object does not exist"
-                ) from None
-            raise FetchError("unavailable", f"{self.doing}: {code}: {error}", retryable=True) from None
-        if isinstance(error, boto_errors.BotoCoreError | OSError):
-            raise FetchError(
-                "unavailable", f"{self.doing}: {type(error).__name__}: {error}", retryable=True
-            ) from None
+def _translate(error: BaseException, doing: str) -> FetchError | None:
+    """boto's errors, as a FetchError that names the cause."""
+    if isinstance(error, boto_errors.NoCredentialsError):
+        return FetchError("auth", f"{doing}: no credentials; set AWS keys in spec.source.credentialsSecret")
+    if isinstance(error, boto_errors.ClientError):
+        code = _code(error)
+        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if code in _DENIED or status in (401, 403):
+            return FetchError(
+                "auth",
+                f"{doing}: access denied ({code}); check the AWS keys in spec.source.credentialsSecret",
+            )
+        if code in ("NoSuchBucket", "NoSuchKey", "404", "NotFound"):
+            return FetchError("not-found", f"{doing}: {code}: the bucket or object does not exist")
+        return FetchError("unavailable", f"{doing}: {code}: {error}", retryable=True)
+    if isinstance(error, boto_errors.BotoCoreError | OSError):
+        return FetchError("unavailable", f"{doing}: {type(error).__name__}: {error}", retryable=True)
+    return None
 
 
 def _code(error: boto_errors.ClientError) -> str:
