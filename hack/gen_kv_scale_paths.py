@@ -22,7 +22,8 @@ need CUDA packages); its files are parsed with `ast`. Per architecture (each cla
   RadixAttention `attn` per decoder layer holds K and V and no layer is a state-space or
   linear-attention mixer; `hybrid` when such mixers are reachable; `other` when no RadixAttention is.
 - attention: the decoder layer's attribute and the RadixAttention's attribute (`self_attn.attn`),
-  when exactly one pair is found; empty when that is unknown or ambiguous.
+  when exactly one pair is found and the decoder layers sit at `model.layers` (the class assigns
+  `self.model`, and a class it reaches assigns `self.layers`); empty when that is unknown or ambiguous.
 
 How the loader is followed: `load_weights` is looked up along the class's bases within SGLang's
 source (a C3 order over every base that resolves to a SGLang class, any depth); calls are followed
@@ -32,8 +33,8 @@ under `if envs.SGLANG_ENABLE_WEIGHT_LOADER_V2...` are skipped: that loader is of
 
 Limits: the analysis reads call structure, not values. It does not know whether a renaming on the
 way (a stacked-parameter mapping, a prefix filter) changes a scale name before the lookup, nor
-whether a remap call's result is used to load the tensor; it takes `model.layers.N` as the layer
-path (multimodal wrappers hold the language model under another prefix); attributes assigned through
+whether a remap call's result is used to load the tensor; the layer path is checked as far as
+`self.model` and `self.layers` being assigned, not that one holds the other; attributes assigned through
 `setattr`, factories or dynamic class choice are not followed, nor are methods called on local
 variables. tests/unit/test_calibrate_paths_drive_sglang_loaders.py checks the architectures Kvant
 calibrates against SGLang's own functions.
@@ -58,11 +59,10 @@ _REMAP = "maybe_remap_kv_scale_name"
 _RADIX = "sglang.srt.layers.radix_attention.RadixAttention"
 _AUTO_LOADER = "AutoWeightsLoader"
 _MODELS = "sglang.srt.models."
-_PARSED = (_MODELS, "sglang.srt.model_loader.")
+_PARSED = (_MODELS, "sglang.srt.model_loader.")  # what model classes and their loaders are made of
 _V2_SWITCH = "SGLANG_ENABLE_WEIGHT_LOADER_V2"
-_MIXERS = re.compile(
-    r"Mamba|LinearAttention|LinearAttn|GatedDeltaNet|Lightning|ShortConv|KimiDelta|SSM|MiniMaxM2Linear"
-)
+_MIXERS = re.compile(r"Mamba|RadixLinearAttention|LinearAttention|GatedDeltaNet|Lightning|ShortConv|SSM")
+_PARAMETER_DICT = re.compile(r"(self\.)?params?(_dict)?")
 
 
 @dataclass(frozen=True)
@@ -78,18 +78,18 @@ class Paths:
 @dataclass
 class Module:
     name: str
-    tree: ast.Module
     classes: dict[str, ast.ClassDef] = field(default_factory=dict)
     functions: dict[str, ast.FunctionDef] = field(default_factory=dict)
-    aliases: dict[str, ast.expr] = field(default_factory=dict)
+    aliases: dict[str, ast.expr] = field(default_factory=dict)  # top-level `NAME = expression`
     imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted target
 
 
 ClassKey = tuple[str, str]  # (module, class name)
+Named = tuple[str, Module, str]  # ("class" | "function" | "module", defining module, name)
 
 
 class Source:
-    """SGLang's modules, parsed on demand by dotted name."""
+    """SGLang's model and loader modules, parsed on demand by dotted name."""
 
     def __init__(self, package: Path) -> None:
         self.package = package  # the folder of `sglang`
@@ -97,44 +97,34 @@ class Source:
 
     def module(self, name: str) -> Module | None:
         if name not in self._modules:
-            self._modules[name] = self._parse(name)
+            self._modules[name] = self._parse(name) if name.startswith(_PARSED) else None
         return self._modules[name]
 
     def _parse(self, name: str) -> Module | None:
-        if not name.startswith(_PARSED):  # what loaders and model classes are made of
-            return None
         base = self.package.parent / name.replace(".", "/")
         path = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
         if not path.is_file():
             return None
         tree = ast.parse(path.read_text(), str(path))
-        module = Module(name, tree)
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        module = Module(name)
         for node in tree.body:
             if isinstance(node, ast.ClassDef):
                 module.classes[node.name] = node
             elif isinstance(node, ast.FunctionDef):
                 module.functions[node.name] = node
-            elif (
-                isinstance(node, ast.Assign)
-                and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name)
-            ):
-                module.aliases[node.targets[0].id] = node.value
-        for node in ast.walk(tree):  # imports inside functions count too (loaders import lazily)
-            if isinstance(node, ast.ImportFrom):
-                origin = _absolute(package, node.module or "", node.level)
-                for alias in node.names:
-                    module.imports[alias.asname or alias.name] = f"{origin}.{alias.name}"
-            elif isinstance(node, ast.Import):
-                for alias in node.names:
-                    module.imports[alias.asname or alias.name.partition(".")[0]] = (
-                        alias.name if alias.asname else alias.name.partition(".")[0]
-                    )
+            elif isinstance(node, ast.Assign) and isinstance(target := node.targets[0], ast.Name):
+                module.aliases[target.id] = node.value
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for item in ast.walk(tree):  # imports inside functions count too (loaders import lazily)
+            if isinstance(item, ast.ImportFrom):
+                origin = _absolute(package, item.module or "", item.level)
+                module.imports.update({a.asname or a.name: f"{origin}.{a.name}" for a in item.names})
+            elif isinstance(item, ast.Import):
+                module.imports.update({a.asname or a.name.partition(".")[0]: a.name for a in item.names})
         return module
 
-    def resolve(self, module: Module, expr: ast.expr, depth: int = 0) -> tuple[str, Module, str] | None:
-        """What `expr` names in `module`: ("class" | "function" | "module", defining module, name)."""
+    def resolve(self, module: Module, expr: ast.AST, depth: int = 0) -> Named | None:
+        """What `expr` names in `module`, followed through aliases and imports."""
         if depth > 8:
             return None
         if isinstance(expr, ast.Name):
@@ -145,27 +135,23 @@ class Source:
                 return self._resolve_name(owner[1], expr.attr, depth + 1)
         return None
 
-    def _resolve_name(self, module: Module, name: str, depth: int) -> tuple[str, Module, str] | None:
-        if name in module.classes:
-            return ("class", module, name)
-        if name in module.functions:
-            return ("function", module, name)
+    def _resolve_name(self, module: Module, name: str, depth: int) -> Named | None:
+        for kind, names in (("class", module.classes), ("function", module.functions)):
+            if name in names:
+                return (kind, module, name)
         if name in module.aliases:
             return self.resolve(module, module.aliases[name], depth + 1)
-        target = module.imports.get(name)
-        if target is None:
-            return None
+        target = module.imports.get(name, "")
         if (imported := self.module(target)) is not None:
             return ("module", imported, "")
-        origin, _, attr = target.rpartition(".")
-        if (owner := self.module(origin)) is not None and owner is not module:
-            return self._resolve_name(owner, attr, depth + 1)
-        return None
+        origin, _, attribute = target.rpartition(".")
+        owner = self.module(origin)
+        return self._resolve_name(owner, attribute, depth + 1) if owner and owner is not module else None
 
-    def qualified(self, module: Module, expr: ast.expr) -> str:
-        """The dotted name `expr` stands for (resolved through imports), or its source text."""
+    def qualified(self, module: Module, expr: ast.AST) -> str:
+        """The dotted name `expr` stands for (through imports, also of modules not parsed)."""
         found = self.resolve(module, expr)
-        if found and found[0] in ("class", "function"):
+        if found and found[0] != "module":
             return f"{found[1].name}.{found[2]}"
         if isinstance(expr, ast.Name) and expr.id in module.imports:
             return module.imports[expr.id]
@@ -180,8 +166,31 @@ def _absolute(package: str, module: str, level: int) -> str:
     return f"{base}.{module}" if module else base
 
 
+def _self_targets(node: ast.AST) -> list[str]:
+    """The attributes `node` assigns on self (`self.a = self.b = ...`)."""
+    if not isinstance(node, ast.Assign):
+        return []
+    return [
+        t.attr
+        for t in node.targets
+        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+    ]
+
+
+def _self_unpacked(node: ast.AST) -> list[str]:
+    """The attributes `node` assigns on self, also inside tuples (`self.layers, self.n = ...`)."""
+    if not isinstance(node, ast.Assign):
+        return []
+    targets = [e for t in node.targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+    return [
+        t.attr
+        for t in targets
+        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+    ]
+
+
 class Classes:
-    """Class lookups over SGLang's source: bases, method resolution, attribute types."""
+    """Class lookups over SGLang's source: bases in C3 order, methods, attribute types."""
 
     def __init__(self, source: Source) -> None:
         self.source = source
@@ -189,10 +198,12 @@ class Classes:
 
     def node(self, key: ClassKey) -> tuple[Module, ast.ClassDef]:
         module = self.source.module(key[0])
-        assert module is not None
+        assert module is not None, key
         return module, module.classes[key[1]]
 
-    def key(self, module: Module, expr: ast.expr) -> ClassKey | None:
+    def key(self, module: Module, expr: ast.AST) -> ClassKey | None:
+        if not isinstance(expr, ast.Name | ast.Attribute):
+            return None
         found = self.source.resolve(module, expr)
         return (found[1].name, found[2]) if found and found[0] == "class" else None
 
@@ -201,12 +212,13 @@ class Classes:
             self._mro[key] = [key]  # a cycle guard while this one is computed
             module, node = self.node(key)
             bases = [base for expr in node.bases if (base := self.key(module, expr)) and base != key]
-            self._mro[key] = [key, *_c3_merge([self.mro(base) for base in bases] + [bases])]
+            self._mro[key] = [key, *_c3_merge([*(self.mro(base) for base in bases), bases])]
         return self._mro[key]
 
     def method(
         self, key: ClassKey, name: str, after: ClassKey | None = None
     ) -> tuple[ClassKey, ast.FunctionDef] | None:
+        """`name` as `key` (or, for super(), the classes after `after` in its order) resolves it."""
         order = self.mro(key)
         if after is not None and after in order:
             order = order[order.index(after) + 1 :]
@@ -215,90 +227,109 @@ class Classes:
             for item in node.body:
                 if isinstance(item, ast.FunctionDef) and item.name == name:
                     return owner, item
-                if isinstance(item, ast.Assign) and any(
-                    isinstance(t, ast.Name) and t.id == name for t in item.targets
-                ):
-                    if isinstance(item.value, ast.Attribute) and (
-                        other := self.key(module, item.value.value)
-                    ):
-                        return self.method(other, item.value.attr)
+                if _borrows(item, name):  # `name = Base.name`
+                    other = self.key(module, item.value.value)  # type: ignore[attr-defined]
+                    return self.method(other, item.value.attr) if other else None  # type: ignore[attr-defined]
         return None
 
     def attribute_types(self, key: ClassKey, attribute: str) -> list[ClassKey]:
-        """Classes `self.<attribute>` is built from in the `__init__` methods along the bases."""
+        """The classes `self.<attribute> = Class(...)` builds in `__init__` along the bases."""
         found: list[ClassKey] = []
         for owner in self.mro(key):
             module, node = self.node(owner)
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
-                    for assign in ast.walk(item):
-                        if _assigns_self(assign, attribute) and isinstance(assign.value, ast.Call):  # type: ignore[attr-defined]
-                            if (cls := self.key(module, assign.value.func)) and cls not in found:  # type: ignore[attr-defined]
-                                found.append(cls)
+            for init in (i for i in node.body if isinstance(i, ast.FunctionDef) and i.name == "__init__"):
+                for item in ast.walk(init):
+                    if attribute in _self_targets(item):
+                        calls = [c for c in ast.walk(item.value) if isinstance(c, ast.Call)]  # type: ignore[attr-defined]
+                        found += [k for c in calls if (k := self.key(module, c.func)) and k not in found]
         return found
+
+
+def _borrows(item: ast.stmt, name: str) -> bool:
+    return (
+        isinstance(item, ast.Assign)
+        and isinstance(item.value, ast.Attribute)
+        and any(isinstance(t, ast.Name) and t.id == name for t in item.targets)
+    )
 
 
 def _c3_merge(sequences: list[list[ClassKey]]) -> list[ClassKey]:
     sequences = [list(s) for s in sequences if s]
     out: list[ClassKey] = []
     while sequences:
-        for seq in sequences:
-            head = seq[0]
-            if not any(head in other[1:] for other in sequences):
-                break
-        else:  # inconsistent within what resolves: fall back to depth-first order
-            head = sequences[0][0]
+        heads = [s[0] for s in sequences if not any(s[0] in other[1:] for other in sequences)]
+        head = heads[0] if heads else sequences[0][0]  # inconsistent within what resolves: depth first
         out.append(head)
-        sequences = [[k for k in s if k != head] for s in sequences]
-        sequences = [s for s in sequences if s]
+        sequences = [rest for s in sequences if (rest := [k for k in s if k != head])]
     return out
 
 
-def _assigns_self(node: ast.AST, attribute: str | None = None) -> bool:
-    if not isinstance(node, ast.Assign):
-        return False
-    return any(
-        isinstance(t, ast.Attribute)
-        and isinstance(t.value, ast.Name)
-        and t.value.id == "self"
-        and (attribute is None or t.attr == attribute)
-        for t in node.targets
-    )
-
-
-@dataclass
-class _Loader:
-    remap: bool = False
-    exact: bool = False
-
+# --- the loader: which checkpoint names `load_weights` takes ---------------------------------------
 
 _Work = tuple[ClassKey | None, ClassKey | None, Module, ast.FunctionDef]  # self's class, owner, module, code
 
 
-def loader_paths(classes: Classes, entry: ClassKey) -> _Loader:
-    """Which names the loader reached from `entry.load_weights` takes (see the module docstring)."""
-    found = _Loader()
-    start = classes.method(entry, "load_weights")
-    if start is None:
-        return found
-    queue: list[_Work] = [(entry, start[0], classes.node(start[0])[0], start[1])]
-    seen: set[tuple[ClassKey | None, int]] = set()
-    while queue:
-        context, owner, module, function = queue.pop()
-        if (context, id(function)) in seen:
-            continue
-        seen.add((context, id(function)))
-        for node in _default_branch_nodes(function):
-            if isinstance(node, ast.Call):
-                queue.extend(_callees(classes, found, context, owner, module, node))
-            elif _looks_up_parameters(node):
-                found.exact = True
-    found.exact = found.exact and not found.remap
-    return found
+class _LoaderWalk:
+    """Follows `load_weights` of one architecture through the calls it makes."""
+
+    def __init__(self, classes: Classes) -> None:
+        self.classes = classes
+        self.remap = False
+        self.lookup = False
+
+    def run(self, entry: ClassKey) -> None:
+        start = self.classes.method(entry, "load_weights")
+        queue: list[_Work] = [(entry, start[0], self.classes.node(start[0])[0], start[1])] if start else []
+        seen: set[tuple[ClassKey | None, int]] = set()
+        while queue:
+            context, owner, module, function = queue.pop()
+            if (context, id(function)) in seen:
+                continue
+            seen.add((context, id(function)))
+            for node in _default_branch_nodes(function):
+                if isinstance(node, ast.Call):
+                    queue.extend(self._callees(context, owner, module, node))
+                elif _looks_up_parameters(node):
+                    self.lookup = True
+
+    def _callees(
+        self, context: ClassKey | None, owner: ClassKey | None, module: Module, call: ast.Call
+    ) -> list[_Work]:
+        func = call.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+        self.remap |= name == _REMAP
+        self.lookup |= name == _AUTO_LOADER  # loads each checkpoint name into the parameter of that name
+        if isinstance(func, ast.Name):
+            named = self.classes.source.resolve(module, func)
+            if named and named[0] == "function":
+                return [(context, None, named[1], named[1].functions[named[2]])]
+            return []
+        return self._method_callees(context, owner, module, func) if isinstance(func, ast.Attribute) else []
+
+    def _method_callees(
+        self, context: ClassKey | None, owner: ClassKey | None, module: Module, func: ast.Attribute
+    ) -> list[_Work]:
+        value, classes = func.value, self.classes
+        found: list[tuple[ClassKey | None, tuple[ClassKey, ast.FunctionDef] | None]] = []
+        if context and isinstance(value, ast.Name) and value.id == "self":
+            found.append((context, classes.method(context, func.attr)))
+        elif context and owner and isinstance(value, ast.Call) and ast.unparse(value.func) == "super":
+            found.append((context, classes.method(context, func.attr, after=owner)))
+        elif context and isinstance(value, ast.Attribute) and ast.unparse(value.value) == "self":
+            found += [
+                (held, classes.method(held, func.attr))
+                for held in classes.attribute_types(context, value.attr)
+            ]
+        elif named := classes.source.resolve(module, value):
+            if named[0] == "class":
+                found.append((context, classes.method((named[1].name, named[2]), func.attr)))
+            elif named[0] == "module" and func.attr in named[1].functions:
+                return [(context, None, named[1], named[1].functions[func.attr])]
+        return [(ctx, m[0], classes.node(m[0])[0], m[1]) for ctx, m in found if m is not None]
 
 
 def _default_branch_nodes(function: ast.FunctionDef) -> list[ast.AST]:
-    """The nodes of `function`, without the bodies of `if envs.SGLANG_ENABLE_WEIGHT_LOADER_V2...`."""
+    """The nodes of `function`, less the bodies of `if envs.SGLANG_ENABLE_WEIGHT_LOADER_V2...`."""
     out: list[ast.AST] = []
     stack: list[ast.AST] = list(function.body)
     while stack:
@@ -311,172 +342,121 @@ def _default_branch_nodes(function: ast.FunctionDef) -> list[ast.AST]:
     return out
 
 
-def _callees(
-    classes: Classes,
-    found: _Loader,
-    context: ClassKey | None,
-    owner: ClassKey | None,
-    module: Module,
-    call: ast.Call,
-) -> list[_Work]:
-    func = call.func
-    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-    if name == _REMAP:
-        found.remap = True
-        return []
-    if name == _AUTO_LOADER:
-        found.exact = True  # loads every checkpoint name into the parameter of that name
-        return []
-    targets: list[tuple[ClassKey | None, tuple[ClassKey, ast.FunctionDef] | None]] = []
-    if isinstance(func, ast.Name):
-        resolved = classes.source.resolve(module, func)
-        if resolved and resolved[0] == "function":
-            return [(context, None, resolved[1], resolved[1].functions[resolved[2]])]
-        return []
-    if not isinstance(func, ast.Attribute):
-        return []
-    value = func.value
-    if isinstance(value, ast.Name) and value.id == "self" and context:
-        targets.append((context, classes.method(context, func.attr)))
-    elif _is_super(value) and context and owner:
-        targets.append((context, classes.method(context, func.attr, after=owner)))
-    elif (
-        isinstance(value, ast.Attribute)
-        and isinstance(value.value, ast.Name)
-        and value.value.id == "self"
-        and context
-    ):
-        for held in classes.attribute_types(context, value.attr):
-            targets.append((held, classes.method(held, func.attr)))
-    else:
-        resolved = classes.source.resolve(module, value)
-        if resolved and resolved[0] == "class":
-            targets.append((context, classes.method((resolved[1].name, resolved[2]), func.attr)))
-        elif resolved and resolved[0] == "module" and func.attr in resolved[1].functions:
-            return [(context, None, resolved[1], resolved[1].functions[func.attr])]
-    return [(ctx, m[0], classes.node(m[0])[0], m[1]) for ctx, m in targets if m is not None]
-
-
-def _is_super(node: ast.expr) -> bool:
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
-
-
 def _looks_up_parameters(node: ast.AST) -> bool:
-    """`params_dict[name]`, `name in params_dict`, `params_dict.get(name)`: a lookup by checkpoint name."""
+    """`params_dict[name]` or `name in params_dict`: a parameter looked up by checkpoint name."""
     if isinstance(node, ast.Subscript):
         return _is_parameter_dict(node.value) and not isinstance(node.slice, ast.Constant)
     if isinstance(node, ast.Compare):
-        return any(
-            isinstance(op, ast.In | ast.NotIn) and _is_parameter_dict(right)
-            for op, right in zip(node.ops, node.comparators, strict=True)
-        )
+        pairs = zip(node.ops, node.comparators, strict=True)
+        return any(isinstance(op, ast.In | ast.NotIn) and _is_parameter_dict(right) for op, right in pairs)
     return False
 
 
 def _is_parameter_dict(node: ast.expr) -> bool:
-    text = ast.unparse(node)
-    return bool(re.fullmatch(r"(self\.)?params?(_dict)?", text))
+    return bool(_PARAMETER_DICT.fullmatch(ast.unparse(node)))
+
+
+# --- the attention: where the RadixAttention sits and what the cache holds ------------------------
 
 
 @dataclass(frozen=True)
 class _ClassFacts:
-    refs: list[ClassKey]  # bases and the model classes the body names (also through module-level tables)
+    refs: list[ClassKey]  # bases and the classes the body names (also through module-level tables)
     names: set[str]  # every identifier the body uses
     radix: set[str]  # attributes assigned a RadixAttention
-    builds: list[tuple[str, ClassKey]]  # (attribute, class whose instance `self.<attribute> = ...` holds)
+    builds: list[tuple[str, ClassKey]]  # (attribute, a class that `self.<attribute> = ...` builds)
+    assigned: set[str]  # every attribute the body assigns on self
 
 
-def class_facts(classes: Classes, key: ClassKey, cache: dict[ClassKey, _ClassFacts]) -> _ClassFacts:
-    if key in cache:
-        return cache[key]
-    module, node = classes.node(key)
-    refs = classes.mro(key)[1:]
-    names: set[str] = set()
-    radix: set[str] = set()
-    builds: list[tuple[str, ClassKey]] = []
-    for item in ast.walk(node):
-        if isinstance(item, ast.Name | ast.Attribute):
-            names.add(item.id if isinstance(item, ast.Name) else item.attr)
-            if named := classes.key(module, item):
-                refs.append(named)
-            elif isinstance(item, ast.Name) and item.id in module.aliases:  # e.g. a dict of layer classes
-                refs.extend(
-                    k for e in ast.walk(module.aliases[item.id]) if (k := _class_named(classes, module, e))
-                )
-        if _assigns_self(item) and isinstance(item, ast.Assign):
-            attributes = [t.attr for t in item.targets if isinstance(t, ast.Attribute)]
-            if (
-                isinstance(item.value, ast.Call)
-                and classes.source.qualified(module, item.value.func) == _RADIX
-            ):
-                radix.update(attributes)
-            for call in ast.walk(item.value):
-                if isinstance(call, ast.Call) and (built := classes.key(module, call.func)) and built != key:
-                    builds.extend((attribute, built) for attribute in attributes)
-    cache[key] = _ClassFacts(refs, names, radix, builds)
-    return cache[key]
+class _Attention:
+    def __init__(self, classes: Classes) -> None:
+        self.classes = classes
+        self._facts: dict[ClassKey, _ClassFacts] = {}
+
+    def facts(self, key: ClassKey) -> _ClassFacts:
+        if key not in self._facts:
+            self._facts[key] = self._read(key)
+        return self._facts[key]
+
+    def _read(self, key: ClassKey) -> _ClassFacts:
+        classes = self.classes
+        module, node = classes.node(key)
+        facts = _ClassFacts(classes.mro(key)[1:], set(), set(), [], set())
+        for item in ast.walk(node):
+            if isinstance(item, ast.Name | ast.Attribute):
+                facts.names.add(item.id if isinstance(item, ast.Name) else item.attr)
+                if named := classes.key(module, item):
+                    facts.refs.append(named)
+                elif isinstance(item, ast.Name) and item.id in module.aliases:  # e.g. a dict of layer classes
+                    facts.refs.extend(
+                        k for e in ast.walk(module.aliases[item.id]) if (k := classes.key(module, e))
+                    )
+            facts.assigned.update(_self_unpacked(item))
+            if attributes := _self_targets(item):
+                value = item.value  # type: ignore[attr-defined]
+                if isinstance(value, ast.Call) and classes.source.qualified(module, value.func) == _RADIX:
+                    facts.radix.update(attributes)
+                for call in (c for c in ast.walk(value) if isinstance(c, ast.Call)):
+                    if (built := classes.key(module, call.func)) and built != key:
+                        facts.builds.extend((attribute, built) for attribute in attributes)
+        return facts
+
+    def reachable(self, entry: ClassKey) -> list[ClassKey]:
+        """`entry`, its bases and every model class their code names, transitively."""
+        order: list[ClassKey] = []
+        queue = [entry]
+        while queue:
+            key = queue.pop(0)
+            if key not in order and key[0].startswith(_MODELS):
+                order.append(key)
+                queue.extend(self.facts(key).refs)
+        return order
+
+    def of(self, entry: ClassKey) -> tuple[set[str], list[str], bool]:
+        """(RadixAttention attributes, `<attribute>.<RadixAttention attribute>` pairs, whether the
+        code can build a state-space or linear-attention layer). No pairs unless the decoder layers
+        sit at `model.layers` (the entry class assigns `self.model`, a class it reaches `self.layers`)."""
+        reachable = self.reachable(entry)
+        facts = {key: self.facts(key) for key in reachable}
+        layered = any("model" in facts[k].assigned for k in self.classes.mro(entry) if k in facts) and any(
+            "layers" in f.assigned for f in facts.values()
+        )
+
+        def holds(key: ClassKey) -> set[str]:
+            return set().union(*(facts[base].radix for base in self.classes.mro(key) if base in facts))
+
+        pairs = {
+            f"{attribute}.{radix}"
+            for key in reachable
+            for attribute, built in facts[key].builds
+            if built in facts
+            for radix in holds(built)
+            if layered
+        }
+        mixers = any(_MIXERS.search(name) for f in facts.values() for name in f.names)
+        return set().union(*(f.radix for f in facts.values())), sorted(pairs), mixers
 
 
-def _class_named(classes: Classes, module: Module, node: ast.AST) -> ClassKey | None:
-    return classes.key(module, node) if isinstance(node, ast.Name | ast.Attribute) else None
-
-
-def reachable_classes(
-    classes: Classes, entry: ClassKey, cache: dict[ClassKey, _ClassFacts]
-) -> list[ClassKey]:
-    """`entry`, its bases and every model class its code names, transitively (sglang.srt.models only)."""
-    order: list[ClassKey] = []
-    seen: set[ClassKey] = set()
-    queue = [entry]
-    while queue:
-        key = queue.pop(0)
-        if key in seen or not key[0].startswith(_MODELS):
-            continue
-        seen.add(key)
-        order.append(key)
-        queue.extend(class_facts(classes, key, cache).refs)
-    return order
-
-
-def attention_facts(
-    classes: Classes, entry: ClassKey, cache: dict[ClassKey, _ClassFacts]
-) -> tuple[set[str], list[str], bool]:
-    """(RadixAttention attributes, `<decoder attribute>.<RadixAttention attribute>` pairs, whether the
-    code can build a state-space or linear-attention mixer)."""
-    reachable = reachable_classes(classes, entry, cache)
-    facts = {key: class_facts(classes, key, cache) for key in reachable}
-
-    def holds(key: ClassKey) -> set[str]:
-        return set().union(*(facts[base].radix for base in classes.mro(key) if base in facts))
-
-    pairs = {
-        f"{attribute}.{radix}"
-        for key in reachable
-        for attribute, built in facts[key].builds
-        if built in facts
-        for radix in holds(built)
-    }
-    mixers = any(_MIXERS.search(name) for key in reachable for name in facts[key].names)
-    return set().union(*(f.radix for f in facts.values())), sorted(pairs), mixers
-
-
-def derive(classes: Classes, entry: ClassKey, cache: dict[ClassKey, _ClassFacts]) -> Paths:
-    loader = loader_paths(classes, entry)
-    radix, pairs, mixers = attention_facts(classes, entry, cache)
+def derive(classes: Classes, attention: _Attention, entry: ClassKey) -> Paths:
+    loader = _LoaderWalk(classes)
+    loader.run(entry)
+    radix, pairs, mixers = attention.of(entry)
     chosen = pairs
     if not radix:
         cache = "other"
     elif mixers:
         cache = "hybrid"
     elif "attn_mqa" in radix:
-        cache = "mla"
-        chosen = [pair for pair in pairs if pair.endswith(".attn_mqa")]
+        cache, chosen = "mla", [pair for pair in pairs if pair.endswith(".attn_mqa")]
     else:
         cache = "gqa"
-    json = classes.method(entry, "load_kv_cache_scales") is not None
-    attention = chosen[0] if len(chosen) == 1 else ""
     return Paths(
-        loader.remap, loader.exact, json, cache, attention, entry[0].removeprefix("sglang.srt.models.")
+        remap=loader.remap,
+        exact=loader.lookup and not loader.remap,
+        json=classes.method(entry, "load_kv_cache_scales") is not None,
+        cache=cache,
+        attention=chosen[0] if len(chosen) == 1 else "",
+        module=entry[0].removeprefix(_MODELS),
     )
 
 
@@ -484,14 +464,14 @@ def architectures(source: Source) -> dict[str, ClassKey]:
     """Every class an `EntryClass` of a module directly under sglang/srt/models names, by class name."""
     found: dict[str, ClassKey] = {}
     for path in sorted((source.package / "srt/models").glob("*.py")):
-        module = source.module(f"sglang.srt.models.{path.stem}")
+        module = source.module(f"{_MODELS}{path.stem}")
         entry = module.aliases.get("EntryClass") if module else None
         if module is None or entry is None:
             continue
         for element in entry.elts if isinstance(entry, ast.List | ast.Tuple) else [entry]:
-            resolved = source.resolve(module, element)
-            if resolved and resolved[0] == "class":
-                found[resolved[2]] = (resolved[1].name, resolved[2])
+            named = source.resolve(module, element)
+            if named and named[0] == "class":
+                found[named[2]] = (named[1].name, named[2])
     return dict(sorted(found.items()))
 
 
@@ -502,26 +482,20 @@ def sglang_package() -> Path:
     return Path(spec.origin).parent
 
 
-def sglang_version() -> str:
-    return importlib.metadata.version("sglang")
-
-
 def table(package: Path | None = None) -> tuple[str, dict[str, Paths]]:
     """(SGLang's version, the paths per architecture) from the installed SGLang's source."""
-    package = package or sglang_package()
-    source = Source(package)
+    source = Source(package or sglang_package())
     classes = Classes(source)
-    cache: dict[ClassKey, _ClassFacts] = {}
-    return sglang_version(), {
-        name: derive(classes, key, cache) for name, key in architectures(source).items()
-    }
+    attention = _Attention(classes)
+    paths = {name: derive(classes, attention, key) for name, key in architectures(source).items()}
+    return importlib.metadata.version("sglang"), paths
 
 
 _MODULE_HEAD = '''\
 """How SGLang {version} loads FP8 KV-cache scales, per architecture it serves.
 
-generated by {generator} from SGLang {version}'s source; do not edit. After an SGLang bump, rerun
-`python {generator}` (tests/unit/test_kv_scale_paths_match_installed_sglang.py fails until then).
+generated by {generator} from SGLang {version}'s source; do not edit. After an SGLang bump,
+rerun `python {generator}` (until then test_kv_scale_paths_match_installed_sglang.py fails).
 docs/kv-scale-paths.md shows the same table; the generator's docstring says how each field is read.
 """
 

@@ -1,37 +1,24 @@
 """The KV-scale tensor names Kvant writes are the ones SGLang 0.5.23's loaders read, per architecture.
 
 SGLang cannot be imported here (it is installed without its GPU dependencies), so the checks read its
-source: the GQA names go through SGLang's own `maybe_remap_kv_scale_name`, compiled from its file;
-the MLA names are checked against the RadixAttention prefix of DeepSeek's absorbed attention and the
-DeepSeek loader's lookup, which only rewrites `k_proj`/`v_proj` to `attn_mqa`.
+source: the remapped names go through SGLang's own `maybe_remap_kv_scale_name`, compiled from its
+file; the MLA names are checked against the RadixAttention prefix of DeepSeek's absorbed attention
+and the DeepSeek loader's lookup, which only rewrites `k_proj`/`v_proj` to `attn_mqa`.
+tests/unit/test_calibrate_paths_drive_sglang_loaders.py runs the loaders themselves.
 """
 
 from __future__ import annotations
 
-import ast
-import importlib.util
 import re
 import textwrap
-import typing
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kvant_kernels.kv_cache_scheme import KV_CACHE_SCHEME
 from kvant_runtime.calibrate.input_errors import ModelInputError
-from kvant_runtime.calibrate.kv_layout import GQA_ARCHITECTURES, MLA_ARCHITECTURES, kv_layout
-
-SGLANG = Path(importlib.util.find_spec("sglang").origin).parent / "srt"  # type: ignore[arg-type, union-attr]
-
-
-def sglang_function(relative: str, name: str) -> Any:
-    """One top-level function from SGLang's source, compiled on its own."""
-    tree = ast.parse((SGLANG / relative).read_text())
-    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
-    namespace: dict[str, Any] = {"Optional": typing.Optional, "print_warning_once": print}
-    exec(compile(ast.Module(body=[node], type_ignores=[]), relative, "exec"), namespace)
-    return namespace[name]
+from kvant_runtime.calibrate.kv_layout import kv_layout
+from tests.unit.sglang_source import SGLANG, sglang_function
 
 
 def radix_attention_prefix(relative: str, attribute: str) -> str:
@@ -50,8 +37,8 @@ def radix_attention_prefix(relative: str, attribute: str) -> str:
     [("LlamaForCausalLM", "models/llama.py"), ("Qwen3ForCausalLM", "models/qwen3.py")],
 )
 def test_gqa_names_remap_to_the_radix_attention_scales(architecture, model_file):
-    assert architecture in GQA_ARCHITECTURES
     layout = kv_layout({"architectures": [architecture], "num_hidden_layers": 3})
+    assert (layout.kind, layout.paths) == ("gqa", ("remap", "json"))
     remap = sglang_function("model_loader/weight_utils.py", "maybe_remap_kv_scale_name")
     assert "maybe_remap_kv_scale_name(name, params_dict)" in (SGLANG / model_file).read_text()
     attn = radix_attention_prefix(model_file, "attn")
@@ -66,9 +53,8 @@ def test_gqa_names_remap_to_the_radix_attention_scales(architecture, model_file)
 
 
 def test_mla_names_are_the_absorbed_attention_parameters():
-    assert "DeepseekV3ForCausalLM" in MLA_ARCHITECTURES
     layout = kv_layout({"architectures": ["DeepseekV3ForCausalLM"], "num_hidden_layers": 2})
-    assert layout.kind == "mla"
+    assert (layout.kind, layout.paths) == ("mla", ("exact",))
     assert radix_attention_prefix("models/deepseek_v2.py", "attn_mqa") == "attn_mqa"
     # The latent row SGLang caches is kv_lora_rank + qk_rope_head_dim wide, read by attn_mqa.
     assert "self.kv_lora_rank + self.qk_rope_head_dim," in (SGLANG / "models/deepseek_v2.py").read_text()
@@ -93,6 +79,6 @@ def test_compressed_tensors_scheme_is_one_sglang_loads_scales_for():
     assert namespace["is_supported_scheme"]({**KV_CACHE_SCHEME, "dynamic": True}) is False
 
 
-def test_unknown_architecture_is_refused_with_the_known_ones():
-    with pytest.raises(ModelInputError, match=r"GPT2LMHeadModel.*LlamaForCausalLM.*DeepseekV3ForCausalLM"):
-        kv_layout({"architectures": ["GPT2LMHeadModel"], "num_hidden_layers": 2})
+def test_unknown_architecture_is_refused_naming_it_and_sglang():
+    with pytest.raises(ModelInputError, match=r"'NotAModel'.*SGLang 0\.5\.23 serves no architecture"):
+        kv_layout({"architectures": ["NotAModel"], "num_hidden_layers": 2})

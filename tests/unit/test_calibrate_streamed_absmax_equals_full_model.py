@@ -2,8 +2,9 @@
 
 The reference loads the whole INT4 artifact with transformers (compressed-tensors decompresses it),
 runs every calibration sample with a DynamicCache, and reads the cached tensors: post-RoPE K and V
-for Llama, the latent (normalised compressed KV, roped k_pe) for DeepSeek-V3. For MLA a forward hook
-on `kv_a_layernorm` checks the compressed part independently of the cache.
+for Llama and Qwen2 (whose q/k/v biases the stream must apply too), the latent (normalised
+compressed KV, roped k_pe) for DeepSeek-V3. For MLA a forward hook on `kv_a_layernorm` checks the
+compressed part independently of the cache.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def full_model_absmax(
     return k_max, v_max, latent_max
 
 
-@pytest.mark.parametrize("arch", ["llama", "deepseek_v3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "deepseek_v3"])
 def test_streamed_absmax_equals_full_model_cache(tmp_path, arch):
     artifact = int4_artifact(arch, tmp_path / "int4")
     config = read_json(artifact / "config.json")

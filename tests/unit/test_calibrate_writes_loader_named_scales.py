@@ -15,15 +15,19 @@ from kvant_kernels.kv_scales import SAFETY_MARGIN
 from kvant_runtime.calibrate.calibrator import calibrate
 from kvant_runtime.calibrate.scales_publish import SCALES_FILE
 from kvant_runtime.convert.staging import STAGING_DIR
+from kvant_runtime.launch.argv import KV_SCALES_JSON
 from tests.unit.calibrate_harness import CALIBRATION, calibrated, read_tensor, weight_map
 
 EXPECTED_NAMES = {
     "llama": [f"model.layers.{i}.self_attn.{kind}_scale" for i in range(2) for kind in "kv"],
+    "qwen2": [f"model.layers.{i}.self_attn.attn.{kind}_scale" for i in range(2) for kind in "kv"],
     "deepseek_v3": [f"model.layers.{i}.self_attn.attn_mqa.{kind}_scale" for i in range(2) for kind in "kv"],
 }
+# remapped names (Llama), the RadixAttention's own (Qwen2, DeepSeek), and the JSON where the model reads it
+EXPECTED_PATHS = {"llama": ["remap", "json"], "qwen2": ["exact", "json"], "deepseek_v3": ["exact"]}
 
 
-@pytest.mark.parametrize("arch", ["llama", "deepseek_v3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "deepseek_v3"])
 def test_scales_config_and_manifest(tmp_path, arch):
     result = calibrated(arch, tmp_path / "int4")
 
@@ -49,6 +53,8 @@ def test_scales_config_and_manifest(tmp_path, arch):
     manifest = verify_artifact(artifact, result["digest"], content=True)
     assert manifest.digest != before
     assert SCALES_FILE in manifest.files
+    assert (KV_SCALES_JSON in manifest.files) == ("json" in EXPECTED_PATHS[arch])
+    assert result["kvScalePaths"] == EXPECTED_PATHS[arch]
     assert not (artifact / STAGING_DIR).exists()
     recorded = json.loads((artifact / "kvant-manifest.json").read_text())["kvCache"]
     assert (recorded["scales"], recorded["samples"], recorded["cache"]) == (

@@ -9,6 +9,11 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+# The signed INT4 range. Here, not in int4.py, so that reading INT4 weights (unpacking) needs no
+# numba: only quantizing does (calibration and evaluation of an INT4 artifact run without it).
+INT4_MIN = -8
+INT4_MAX = 7
+
 _E4M3_EXPONENT_BIAS = 7
 
 

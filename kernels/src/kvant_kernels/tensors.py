@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from kvant_kernels import fp8_block, int4
+from kvant_kernels import fp8_block
+from kvant_kernels.bits import INT4_MIN
 from kvant_kernels.fp8 import FP8_E4M3, FP8_E4M3_MAX
 
 # safetensors dtype names ↔ torch dtypes.
@@ -65,6 +66,8 @@ def compress_int4(
 ) -> PackedInt4:
     """Quantizes and packs one Linear weight; `scale_dtype` defaults to the weight's dtype."""
     scale_dtype = scale_dtype or weight.dtype
+    from kvant_kernels import int4  # noqa: PLC0415 - numba only where INT4 is quantized
+
     packed, scale = int4.quantize_pack(
         _raw(weight), DTYPE_NAMES[weight.dtype], group_size, DTYPE_NAMES[scale_dtype]
     )
@@ -82,7 +85,7 @@ def unpack_int4(packed: torch.Tensor, cols: int) -> torch.Tensor:
     if sys.byteorder == "big":
         packed_bytes = packed_bytes.view(rows, -1, 4).flip(-1).reshape(rows, -1)
     nibbles = torch.stack((packed_bytes & 0xF, packed_bytes >> 4), dim=-1).view(rows, -1)[:, :cols]
-    return nibbles.to(torch.int8) + int4.INT4_MIN
+    return nibbles.to(torch.int8) + INT4_MIN
 
 
 def decompress_int4(packed: PackedInt4) -> torch.Tensor:

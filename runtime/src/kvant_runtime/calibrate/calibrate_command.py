@@ -31,6 +31,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="calibration text: a UTF-8 file or a folder of *.txt files (default: the built-in set)",
     )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    parser.add_argument(
+        "--tp",
+        type=int,
+        default=1,
+        metavar="N",
+        help="SGLang's tensor-parallel size for serving: the --quantization-param-path JSON holds one "
+        "scale map per rank, and SGLang ignores a file made for another size (default 1)",
+    )
     parser.add_argument("--result", type=Path, metavar="FILE", help="also write the JSON result to FILE")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks")
     parser.set_defaults(run=_run)
@@ -41,7 +49,7 @@ def _run(args: argparse.Namespace) -> int:
     from kvant_runtime.calibrate.input_errors import ModelInputError  # noqa: PLC0415
     from kvant_runtime.convert.convert_errors import ConvertError  # noqa: PLC0415
 
-    options = Options(args.samples, args.sequence_length, args.data, args.device)
+    options = Options(args.samples, args.sequence_length, args.data, args.device, args.tp)
     try:
         result = calibrate(args.artifact, options, lambda message: say("calibrate", message))
     except (ModelInputError, ConvertError) as err:

@@ -1,5 +1,7 @@
 """Calibration: run the samples through the artifact layer by layer, derive per-layer FP8 KV scales,
-and publish them in the artifact under the names SGLang's loader reads."""
+and publish them in the artifact on every path SGLang's loader for the architecture reads: the
+tensors under the names it takes and, where the model reads one, a `--quantization-param-path` JSON
+(`KVLayout.paths`; the result's `kvScalePaths` lists them)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from kvant_kernels.kv_scales import SAFETY_MARGIN, LayerAbsmax, kv_cache_scale
 from kvant_runtime.calibrate import scales_publish as artifact
 from kvant_runtime.calibrate.data import TokenWindows, token_windows
 from kvant_runtime.calibrate.input_errors import ModelInputError
+from kvant_runtime.calibrate.job_output import KV_SCALE_PATHS_FIELD
 from kvant_runtime.calibrate.kv_layout import KVLayout, kv_layout
 from kvant_runtime.calibrate.kv_tap import KVTap
 from kvant_runtime.calibrate.layer_reader import read_json
@@ -32,6 +35,7 @@ class Options:
     sequence_length: int = 2048
     data: Path | None = None
     device: str = "cpu"
+    tensor_parallel: int = 1  # SGLang's TP size: the JSON's scales are checked against it, rank by rank
 
 
 def measure_kv_absmax(
@@ -43,7 +47,7 @@ def measure_kv_absmax(
 ) -> LayerAbsmax:
     """Per-layer absmax of what the KV cache stores, from a layer-streamed forward pass."""
     stream = LayerStream(directory, device)
-    tap = KVTap(layout.kind)
+    tap = KVTap(layout.kind, widths=layout.widths)
 
     def after_layer(index: int) -> None:
         if on_layer is not None:
@@ -59,18 +63,28 @@ def measure_kv_absmax(
 
 
 def scales_for(layout: KVLayout, absmax: LayerAbsmax) -> dict[str, float]:
+    """Every scale tensor, by name, under each tensor path the loader takes."""
     scales: dict[str, float] = {}
-    for layer in range(layout.layers):
-        k_name, v_name = layout.scale_names(layer)
-        scales[k_name] = kv_cache_scale(absmax.k(layer))
-        scales[v_name] = kv_cache_scale(absmax.v(layer))
+    for path in layout.tensor_paths():
+        for layer in range(layout.layers):
+            k_name, v_name = layout.names(path, layer)
+            scales[k_name] = kv_cache_scale(absmax.k(layer))
+            scales[v_name] = kv_cache_scale(absmax.v(layer))
     return scales
+
+
+def layer_scales(layout: KVLayout, scales: dict[str, float]) -> list[float]:
+    """One scale per layer for the JSON path, which SGLang applies to K and V alike: the larger one,
+    so neither saturates."""
+    return [max(scales[name] for name in layout.scale_names(layer)) for layer in range(layout.layers)]
 
 
 def calibrate(directory: Path, options: Options, say: Callable[[str], None]) -> dict[str, Any]:
     """Calibrates and publishes; returns the result (the JSON `kvant calibrate` prints)."""
     started = time.monotonic()
     device = resolve_device(options.device)
+    if options.tensor_parallel < 1:
+        raise ModelInputError(f"--tp {options.tensor_parallel}: SGLang's tensor-parallel size is at least 1")
     config = read_json(directory / artifact.CONFIG_FILE)
     artifact.check_calibratable(config, directory)
     layout = kv_layout(config)
@@ -84,8 +98,9 @@ def calibrate(directory: Path, options: Options, say: Callable[[str], None]) -> 
     )
     unpublished = artifact.unpublish(directory)  # only once the input is known to be usable
     say(
-        f"calibrating {layout.architecture} ({layout.kind.upper()} cache, {layout.layers} layers) on "
-        f"{len(windows.samples)} samples, {windows.tokens} tokens from {windows.source}, device {device}"
+        f"calibrating {layout.architecture} ({layout.kind.upper()} cache, {layout.layers} layers, SGLang "
+        f"scale paths: {', '.join(layout.paths)}) on {len(windows.samples)} samples, "
+        f"{windows.tokens} tokens from {windows.source}, device {device}"
     )
 
     def report(layer: int, absmax: LayerAbsmax) -> None:
@@ -95,7 +110,15 @@ def calibrate(directory: Path, options: Options, say: Callable[[str], None]) -> 
     absmax = measure_kv_absmax(directory, windows, layout, device, report)
     scales = scales_for(layout, absmax)
     calibration = _calibration_record(options, windows, layout)
-    manifest = artifact.publish(unpublished, scales, calibration)
+    quant_params = None
+    if "json" in layout.paths:
+        model_type = config.get("model_type")
+        quant_params = artifact.quant_param_document(
+            model_type if isinstance(model_type, str) else None,
+            layer_scales(layout, scales),
+            options.tensor_parallel,
+        )
+    manifest = artifact.publish(unpublished, scales, calibration, quant_params)
     say(f"published {directory} ({manifest['digest']}, was {unpublished.previous['digest']})")
     return {
         "artifact": str(directory),
@@ -132,6 +155,8 @@ def _calibration_record(options: Options, windows: TokenWindows, layout: KVLayou
         "tokenizer": windows.tokenizer,
         "tokensSha256": digest.hexdigest(),
         "safetyMargin": SAFETY_MARGIN,
+        KV_SCALE_PATHS_FIELD: list(layout.paths),
+        **({"tensorParallel": options.tensor_parallel} if "json" in layout.paths else {}),
     }
 
 

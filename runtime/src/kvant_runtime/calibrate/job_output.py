@@ -7,6 +7,14 @@ traceback only under `--debug`.
 
 Exit codes: 0 success; 1 the accuracy gate failed (`kvant eval`); 2 bad input (a model folder, the
 data or a flag; the message says which); 3 an internal error.
+
+Calibrate's result (also kept in the manifest's `kvCache`) names the paths by which the artifact now
+delivers its scales to SGLang, in `kvScalePaths` (`KV_SCALE_PATHS_FIELD`), a list of:
+- `remap`: tensors `model.layers.N.self_attn.{k,v}_scale`, which SGLang's loader remaps;
+- `exact`: tensors under the RadixAttention's own parameter names (`...self_attn.attn.k_scale`,
+  `...self_attn.attn_mqa.k_scale` for MLA);
+- `json`: `kvant-kv-scales.json`, for `--quantization-param-path` (with `tensorParallel`, the TP
+  size it was written for).
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from typing import Any
 EXIT_GATE_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 3
+KV_SCALE_PATHS_FIELD = "kvScalePaths"
 
 
 def say(command: str, message: str) -> None:

@@ -4,7 +4,9 @@ A decoder layer's attention hands its cache `update(first, second, layer_idx)` a
 what comes back. For GQA the pair is the post-RoPE K and V; for MLA (DeepSeek-V3 in transformers 5)
 it is the latent itself, the normalised compressed KV and the roped k_pe, the same row SGLang keeps.
 The tap records their absmax per layer and, given scales, returns them as an e4m3 cache would give
-them back, so attention runs on quantize-dequantized K/V.
+them back, so attention runs on quantize-dequantized K/V. Given the widths SGLang's cache stores
+(`KVLayout.widths`), it refuses tensors of other widths: transformers' attention for that model then
+caches something else than SGLang's, and its absmax would give wrong scales.
 """
 
 from __future__ import annotations
@@ -15,18 +17,31 @@ from typing import Any
 import torch
 
 from kvant_kernels.kv_scales import LayerAbsmax, fake_quantize_kv
+from kvant_runtime.calibrate.input_errors import ModelInputError
 from kvant_runtime.calibrate.kv_layout import CacheKind
 
 
 class KVTap:
-    def __init__(self, kind: CacheKind, scales: Mapping[int, tuple[float, float]] | None = None) -> None:
+    def __init__(
+        self,
+        kind: CacheKind,
+        scales: Mapping[int, tuple[float, float]] | None = None,
+        widths: tuple[int, int] | None = None,
+    ) -> None:
         self.kind = kind
         self.scales = scales
+        self.widths = widths
         self.absmax = LayerAbsmax()
 
     def update(
         self, first: torch.Tensor, second: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.widths is not None and (first.shape[-1], second.shape[-1]) != self.widths:
+            raise ModelInputError(
+                f"layer {layer_idx}: transformers' attention caches tensors {first.shape[-1]} and "
+                f"{second.shape[-1]} wide, SGLang's {self.kind.upper()} cache {self.widths[0]} and "
+                f"{self.widths[1]}; the two cache different things, so Kvant cannot calibrate this model"
+            )
         if self.kind == "mla":
             # One latent row [compressed KV | k_pe] per token: K and V are the same tensor.
             self.absmax.observe(layer_idx, first, first)

@@ -8,8 +8,10 @@ artifact is unpublished while its scales change and stays so if calibration fail
     ARTIFACT/.kvant-partial/kvant-kv-scales.safetensors          every k_scale / v_scale, float32 [1]
     ARTIFACT/.kvant-partial/config.json                          with quantization_config.kv_cache_scheme
     ARTIFACT/.kvant-partial/model.safetensors.index.json         with the scale tensors listed
+    ARTIFACT/.kvant-partial/kvant-kv-scales.json                 for models that read
+                                                                 --quantization-param-path
 
-Publishing moves the three files into place, writes the new manifest last and removes the prefix.
+Publishing moves the files into place, writes the new manifest last and removes the prefix.
 A rerun after a failure or a kill finds the previous manifest there and starts again from it.
 """
 
@@ -37,6 +39,7 @@ from kvant_runtime.calibrate.layer_reader import INDEX_FILE, read_json
 from kvant_runtime.convert.convert_errors import ConvertError
 from kvant_runtime.convert.safetensors_io import ShardReader
 from kvant_runtime.convert.staging import STAGING_DIR, Staging, write_json_atomic
+from kvant_runtime.launch.argv import KV_SCALES_JSON
 
 SCALES_FILE = "kvant-kv-scales.safetensors"
 PREVIOUS_MANIFEST = "calibration-previous-manifest.json"
@@ -87,8 +90,30 @@ def check_calibratable(config: dict[str, Any], directory: Path) -> None:
         )
 
 
-def publish(artifact: Unpublished, scales: dict[str, float], calibration: dict[str, Any]) -> dict[str, Any]:
-    """Stages scales, config and index, then publishes them with a new manifest; returns the manifest."""
+def quant_param_document(
+    model_type: str | None, layer_scales: list[float], tensor_parallel: int
+) -> dict[str, Any]:
+    """The `--quantization-param-path` JSON in SGLang's `QuantParamSchema`: a scale per layer (for K and
+    V alike), repeated for each TP rank, since SGLang checks that the file has exactly its TP size's
+    ranks and, for every rank, every layer; a per-tensor scale is the same on every rank."""
+    per_layer = {str(layer): scale for layer, scale in enumerate(layer_scales)}
+    return {
+        "model_type": model_type,
+        "kv_cache": {
+            "dtype": "float8_e4m3fn",
+            "scaling_factor": {str(rank): dict(per_layer) for rank in range(tensor_parallel)},
+        },
+    }
+
+
+def publish(
+    artifact: Unpublished,
+    scales: dict[str, float],
+    calibration: dict[str, Any],
+    quant_params: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Stages scales, config, index and (given `quant_params`) the JSON scales, then publishes them with
+    a new manifest; returns the manifest."""
     staged = artifact.staging.dir
     save_file(
         {name: torch.tensor([value], dtype=torch.float32) for name, value in sorted(scales.items())},
@@ -100,7 +125,13 @@ def publish(artifact: Unpublished, scales: dict[str, float], calibration: dict[s
     config["quantization_config"]["kv_cache_scheme"] = dict(KV_CACHE_SCHEME)
     write_json_atomic(staged / CONFIG_FILE, config)
     write_json_atomic(staged / INDEX_FILE, _index_with_scales(artifact.directory, set(scales)))
-    written = (CONFIG_FILE, INDEX_FILE, SCALES_FILE)
+    written = [CONFIG_FILE, INDEX_FILE, SCALES_FILE]
+    if quant_params is not None:
+        write_json_atomic(staged / KV_SCALES_JSON, quant_params)
+        os.chmod(staged / KV_SCALES_JSON, 0o644)
+        written.append(KV_SCALES_JSON)
+    else:  # a JSON from an earlier calibration must not outlive it
+        (artifact.directory / KV_SCALES_JSON).unlink(missing_ok=True)
     manifest = _manifest(artifact.previous, {name: staged / name for name in written}, calibration)
     artifact.staging.publish(sorted(written), manifest)
     return manifest
@@ -140,6 +171,8 @@ def _manifest(
 ) -> dict[str, Any]:
     manifest = copy.deepcopy(previous)
     files: dict[str, dict[str, Any]] = manifest["files"]
+    if KV_SCALES_JSON not in changed:
+        files.pop(KV_SCALES_JSON, None)
     for name, path in changed.items():
         files[name] = {"sha256": file_sha256(path), "bytes": path.stat().st_size}
     manifest["bytes"] = sum(int(entry["bytes"]) for entry in files.values())

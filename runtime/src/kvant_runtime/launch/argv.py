@@ -7,6 +7,15 @@ compressed-tensors INT4, block FP8 for FP8 checkpoints). The one case it cannot
 detect is FP8 weights from a checkpoint that carries no quantization config,
 which SGLang quantizes online with `--quantization fp8`. A checkpoint whose
 config contradicts `weightsFormat` is refused before any GPU time is spent.
+
+`--quantization-param-path` points SGLang at per-layer KV-cache scales in a
+JSON file (`kvant calibrate` writes `kvant-kv-scales.json` for models whose
+loader reads one), but only for a checkpoint whose config declares no
+`kv_cache_scheme`. With a scheme, SGLang 0.5.23 registers `k_scale`/`v_scale`
+parameters on every RadixAttention and loads the checkpoint's scale tensors into
+them; its `load_kv_cache_scales` then assigns a float to those parameters, which
+torch refuses (TypeError), so the engine would not start. Kvant's calibrated
+artifacts declare a scheme and carry the tensors, which SGLang loads instead.
 """
 
 from __future__ import annotations
@@ -16,6 +25,9 @@ from pathlib import Path
 
 from kvant_contracts.launch_spec import LaunchSpec, SpecError
 from kvant_contracts.weight_formats import weight_format
+
+# Per-layer KV-cache scales for SGLang's --quantization-param-path, as `kvant calibrate` writes them.
+KV_SCALES_JSON = "kvant-kv-scales.json"
 
 
 def checkpoint_quant_method(model_path: Path) -> str | None:
@@ -29,6 +41,19 @@ def checkpoint_quant_method(model_path: Path) -> str | None:
         raise SpecError(f"cannot read {config_path}: {error}") from None
     quant = config.get("quantization_config")
     return None if quant is None else str(quant.get("quant_method"))
+
+
+def quantization_param_flag(model_path: Path) -> list[str]:
+    """`--quantization-param-path` for the checkpoint's JSON KV-cache scales, where SGLang can apply
+    them (see the module docstring); [] otherwise."""
+    scales = model_path / KV_SCALES_JSON
+    if not scales.is_file():
+        return []
+    try:
+        quant = json.loads((model_path / "config.json").read_text()).get("quantization_config") or {}
+    except (OSError, json.JSONDecodeError, AttributeError) as error:
+        raise SpecError(f"cannot read {model_path / 'config.json'}: {error}") from None
+    return [] if quant.get("kv_cache_scheme") else ["--quantization-param-path", str(scales)]
 
 
 def quantization_flag(weights_format: str, quant_method: str | None) -> list[str]:
@@ -50,6 +75,7 @@ def kvant_argv(spec: LaunchSpec, quant_method: str | None) -> list[str]:
     argv = ["--model-path", spec.modelPath, "--served-model-name", spec.servedModelName]
     argv += ["--tp-size", str(spec.tensorParallel), "--kv-cache-dtype", spec.kvCacheDtype]
     argv += quantization_flag(spec.weightsFormat, quant_method)
+    argv += quantization_param_flag(Path(spec.modelPath))
     optional = {
         "--mem-fraction-static": spec.memFractionStatic,
         "--max-running-requests": spec.maxRunningRequests,
@@ -72,6 +98,7 @@ FLAG_OWNERS = {
     "tp_size": "tensorParallel",
     "kv_cache_dtype": "kvCacheDtype",
     "quantization": "weightsFormat",
+    "quantization_param_path": "spec.kvCache.scales",
     "mem_fraction_static": "memFractionStatic",
     "max_running_requests": "maxRunningRequests",
     "max_total_tokens": "maxTotalTokens",
