@@ -19,10 +19,10 @@ import pytest
 import torch
 
 from kvant_contracts.artifact_manifest import verify_artifact
+from kvant_contracts.kv_scale_paths import KV_SCALE_PATHS
 from kvant_runtime.calibrate.calibrator import Options, calibrate
 from kvant_runtime.calibrate.input_errors import ModelInputError
 from kvant_runtime.calibrate.kv_layout import REMAPPED_ATTENTION, kv_layout
-from kvant_runtime.calibrate.kv_scale_paths import KV_SCALE_PATHS
 from kvant_runtime.calibrate.scales_publish import SCALES_FILE
 from kvant_runtime.launch.argv import KV_SCALES_JSON
 from tests.tiny_checkpoints import tiny_checkpoint

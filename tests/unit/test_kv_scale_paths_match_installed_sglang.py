@@ -14,7 +14,7 @@ from types import ModuleType
 
 import pytest
 
-from kvant_runtime.calibrate import kv_scale_paths
+from kvant_contracts import kv_scale_paths
 
 ROOT = Path(__file__).resolve().parents[2]
 RERUN = "the table is stale: rerun `python hack/gen_kv_scale_paths.py` and commit what it writes"
@@ -48,7 +48,7 @@ def test_committed_module_and_doc_equal_a_fresh_generation(generator, generated)
 def test_table_is_for_the_installed_sglang(generated):
     assert importlib.metadata.version("sglang") == kv_scale_paths.SGLANG_VERSION, RERUN
     namespace: dict[str, object] = {}
-    exec(generated[ROOT / "runtime/src/kvant_runtime/calibrate/kv_scale_paths.py"], namespace)
+    exec(generated[ROOT / "contracts/src/kvant_contracts/kv_scale_paths.py"], namespace)
     assert namespace["KV_SCALE_PATHS"] == kv_scale_paths.KV_SCALE_PATHS, RERUN
 
 
@@ -57,7 +57,7 @@ def test_an_edited_table_fails_the_check(generator, generated, tmp_path, monkeyp
     doc_path = tmp_path / "kv-scale-paths.md"
     monkeypatch.setattr(generator, "TABLE_MODULE", module_path)
     monkeypatch.setattr(generator, "TABLE_DOC", doc_path)
-    text = generated[ROOT / "runtime/src/kvant_runtime/calibrate/kv_scale_paths.py"]
+    text = generated[ROOT / "contracts/src/kvant_contracts/kv_scale_paths.py"]
     doc = generated[ROOT / "docs/kv-scale-paths.md"]
     monkeypatch.setattr(generator, "ROOT", tmp_path)
     monkeypatch.setattr(generator, "outputs", lambda package=None: {module_path: text, doc_path: doc})

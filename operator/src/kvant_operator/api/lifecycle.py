@@ -22,6 +22,7 @@ class ConditionType(StrEnum):
     FETCHED = "Fetched"  # a fetched source (hf://, s3://) is downloaded and verified
     CONVERTED = "Converted"  # the artifact exists in the requested weight format
     CALIBRATED = "Calibrated"  # FP8 KV scales are measured (or not needed)
+    KV_SCALES = "KVScales"  # how SGLang gets the FP8 KV scales: calibrated (by which path), unit, checkpoint
     VALIDATED = "Validated"  # the evaluation gate passed (or none was asked for)
     READY = "Ready"  # the current generation's replicas all serve behind the gate
     SERVING = "Serving"  # some generation's replicas serve (the previous one, during a change)

@@ -122,6 +122,7 @@ class PlanStatus(ApiModel):
         default=0, ge=0, description="Parameters one token passes through (MoE: the routed experts it uses)."
     )
     layers: int = Field(default=0, ge=0, description="Decoder layers.")
+    architecture: str = Field(default="", max_length=128, description="config.json's architecture.")
     hidden_size: int = Field(default=0, ge=0, description="Hidden size.")
     calibration: CalibrationPlan | None = Field(
         default=None, description="Where and how long KV-scale calibration runs (when it runs)."
@@ -159,8 +160,8 @@ class QuantizedModelStatus(ApiModel):
     conditions: list[Condition] = Field(
         default_factory=list,
         max_length=16,
-        description="Fetched, Converted, Calibrated, Validated, Ready, Serving, Progressing, Reconciling, "
-        "Degraded, Stalled, CacheProtected.",
+        description="Fetched, Converted, Calibrated, KVScales, Validated, Ready, Serving, Progressing, "
+        "Reconciling, Degraded, Stalled, CacheProtected.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     replicas: int | None = Field(default=None, ge=0, description="Serving replicas that exist.")

@@ -110,6 +110,7 @@ class CapacityPlan(BaseModel):
             parameters=self.parameters,
             active_parameters=self.active_parameters,
             layers=self.num_layers,
+            architecture=self.architecture,
             hidden_size=self.hidden_size,
         )
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from kvant_contracts.job_lines import ArtifactResult, ConvertProgress
+from kvant_contracts.kv_scale_delivery import delivery, describe
 from kvant_contracts.weight_formats import converted_formats, weight_format
 from kvant_operator.api.lifecycle import ConditionType
-from kvant_operator.api.spec import QuantizedModelSpec
+from kvant_operator.api.spec import KvScales, QuantizedModelSpec
 from kvant_operator.api.status import ArtifactStatus, Phase
 from kvant_operator.artifact_recipe import (
     artifact_key,
@@ -44,6 +45,7 @@ def ensure_artifact(p: Pass, kube: KubeDoor, settings: OperatorSettings) -> None
             ConditionType.CONVERTED, True, "NotRequired", f"serving the source as {p.spec.weights.format}"
         )
         p.condition(ConditionType.CALIBRATED, True, "NotRequired", no_calibration_reason(p.spec))
+        kv_scales_condition(p)
         return
     if not needs_conversion(p.spec):
         raise p.fail(
@@ -70,9 +72,31 @@ def ensure_artifact(p: Pass, kube: KubeDoor, settings: OperatorSettings) -> None
         )
     else:
         p.condition(ConditionType.CALIBRATED, True, "NotRequired", no_calibration_reason(p.spec))
+    kv_scales_condition(p)
     p.events.append(
         ("Normal", "ArtifactReady", f"artifact {p.artifact.uri} is published ({p.artifact.digest})")
     )
+
+
+def kv_scales_condition(p: Pass) -> None:
+    """KVScales: how SGLang gets the FP8 KV scales of the published artifact (FP8 KV caches only)."""
+    kv = p.spec.kv_cache
+    if not kv.dtype.is_fp8:
+        return
+    if kv.scales is KvScales.UNIT:
+        p.condition(
+            ConditionType.KV_SCALES, True, "UnitScales", "scale 1.0, as spec.kvCache.scales: unit asks"
+        )
+    elif kv.scales is KvScales.CHECKPOINT:
+        p.condition(ConditionType.KV_SCALES, True, "FromCheckpoint", "the scales the checkpoint carries")
+    elif p.plan is not None and p.plan.architecture:
+        found = delivery(p.plan.architecture)  # loadable: the plan step refuses the rest
+        p.condition(
+            ConditionType.KV_SCALES, True, f"Calibrated{_PATH_REASONS[found.paths[0]]}", describe(found)
+        )
+
+
+_PATH_REASONS = {"remap": "RemappedNames", "exact": "ExactNames", "json": "QuantParamJSON"}
 
 
 def no_calibration_reason(spec: QuantizedModelSpec) -> str:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 
+from kvant_contracts.kv_scale_delivery import Unloadable, delivery
 from kvant_operator.api.lifecycle import ConditionType
 from kvant_operator.api.status import Phase, PlanStatus
-from kvant_operator.artifact_recipe import digest
+from kvant_operator.artifact_recipe import digest, needs_calibration
 from kvant_operator.jobstate import JobPhase, ensure_job, failure_detail, job_state, last_pod_log
 from kvant_operator.kube_door import KubeDoor
 from kvant_operator.planner.calibration_sizing import with_calibration
@@ -23,6 +24,16 @@ def ensure_plan(p: Pass, kube: KubeDoor, settings: OperatorSettings) -> None:
         p.plan = _run_plan(p, kube, settings, inputs)
         p.events.append(("Normal", "Planned", plan_summary(p.plan)))
     p.plan = with_calibration(p.plan, p.spec)
+    if needs_calibration(p.spec) and p.plan.architecture:
+        try:
+            delivery(p.plan.architecture)
+        except Unloadable as refused:
+            raise p.fail(
+                "KVScalesNotLoadable",
+                f"spec.kvCache.scales: calibrate: {refused}",
+                "choose kvCache.scales: unit knowingly (spec.evaluation measures its accuracy) or a bf16 KV "
+                "cache; see Degraded",
+            ) from None
 
 
 def _run_plan(p: Pass, kube: KubeDoor, settings: OperatorSettings, inputs: str) -> PlanStatus:
