@@ -4,6 +4,8 @@ artifact's KVScales condition says which path SGLang loads the scales by."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from kvant_contracts.kv_scale_paths import SGLANG_VERSION
@@ -18,7 +20,7 @@ from tests.unit.memory_kube import MemoryKube
 from tests.unit.reconcile_fixtures import SETTINGS, body, condition, new_pass
 
 
-def planned_pass(architecture: str, **spec: object) -> Pass:
+def planned_pass(architecture: str, **spec: Any) -> Pass:
     p = new_pass(body(**spec), planned=True)
     assert p.plan is not None
     p.plan = p.plan.model_copy(
