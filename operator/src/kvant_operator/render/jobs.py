@@ -283,6 +283,10 @@ def _calibrate_container(
         str(calibration.samples),
         "--sequence-length",
         str(calibration.sequence_length),
+        # The --quantization-param-path JSON holds one scale map per TP rank; SGLang falls back to
+        # 1.0 when the count differs from the engine's, so it is written for the serving TP.
+        "--tp",
+        str(spec.serving.tensor_parallel),
     ]
     if calibration.dataset != "builtin":
         args += ["--data", f"{source}/{calibration.dataset}"]  # a path inside the source
