@@ -28,6 +28,10 @@ OPERATOR_CAN = [  # (verb, resource): every call in kvant_operator/kube.py and k
     ("patch", "poddisruptionbudgets.policy"),
     ("create", "configmaps"),
     ("list", "pods"),
+    ("watch", "pods"),
+    ("patch", "serviceaccounts"),
+    ("patch", "roles.rbac.authorization.k8s.io"),
+    ("patch", "rolebindings.rbac.authorization.k8s.io"),
     ("get", "pods/log"),
     ("create", "events"),
 ]
@@ -115,8 +119,29 @@ def test_cannot_write_crds(request: pytest.FixtureRequest, account: str, verb: s
 @pytest.mark.parametrize("account", ["namespaced", "clusterwide"])
 def test_cannot_grant_itself_more(request: pytest.FixtureRequest, account: str):
     sa: Account = request.getfixturevalue(account)
-    for resource in ("roles.rbac.authorization.k8s.io", "rolebindings.rbac.authorization.k8s.io"):
-        assert not sa.can("create", resource, WATCHED)
+    # It creates the router's Role and RoleBinding (pod reads), but may neither bind nor escalate:
+    # the API refuses a Role that grants more than the operator holds, such as Secrets.
+    for resource in ("roles.rbac.authorization.k8s.io", "clusterroles.rbac.authorization.k8s.io"):
+        assert not sa.can("escalate", resource, WATCHED)
+        assert not sa.can("bind", resource, WATCHED)
+    reader = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "escalation-probe", "namespace": WATCHED},
+        "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}],
+    }
+    refused = sa.cluster.kubectl(
+        "create", "--dry-run=server", f"--as={sa.user}", "-f", "-", input=json.dumps(reader), check=False
+    )
+    assert refused.returncode != 0 and "escalat" in refused.stderr, refused.stderr
+    pods = {
+        **reader,
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
+    }
+    allowed = sa.cluster.kubectl(
+        "create", "--dry-run=server", f"--as={sa.user}", "-f", "-", input=json.dumps(pods), check=False
+    )
+    assert allowed.returncode == 0, allowed.stderr
     assert not sa.can("create", "clusterrolebindings.rbac.authorization.k8s.io")
     assert not sa.can("impersonate", "serviceaccounts", WATCHED)
     assert not sa.can("create", "pods", WATCHED)  # Jobs and Deployments make pods, the operator never does

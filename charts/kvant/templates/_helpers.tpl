@@ -69,10 +69,11 @@ credentialsSecret by name, and the kubelet, not the operator, reads it.
 - apiGroups: [batch]
   resources: [jobs]
   verbs: [get, list, create, patch]
-# Job pods' exit state, and the JSON result the plan/convert steps print as their last log line.
+# Job and engine pods' state, and the JSON lines the Job steps and engine-check print. get and watch
+# only because the router's Role grants them (RBAC lets a Role grant only what its creator holds).
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list]
+  verbs: [get, list, watch]
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]
@@ -89,6 +90,13 @@ credentialsSecret by name, and the kubelet, not the operator, reads it.
   verbs: [get, create, patch]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
+  verbs: [get, create, patch]
+# The router role (smg): its own ServiceAccount and a Role that reads the model's pods, bound to it.
+- apiGroups: [""]
+  resources: [serviceaccounts]
+  verbs: [get, create, patch]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
   verbs: [get, create, patch]
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]

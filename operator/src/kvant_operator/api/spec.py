@@ -377,6 +377,30 @@ class GpuSpec(ApiModel):
     count: int = Field(default=1, ge=1, le=64, description="GPUs per replica.")
 
 
+class RouterPolicy(StrEnum):
+    """How the router picks an engine (smg's --policy): cache_aware keeps repeated prefixes on the
+    replica that holds them; least_load and power_of_two follow load; the rest are smg's own."""
+
+    CACHE_AWARE = "cache_aware"
+    POWER_OF_TWO = "power_of_two"
+    LEAST_LOAD = "least_load"
+    CONSISTENT_HASHING = "consistent_hashing"
+    PREFIX_HASH = "prefix_hash"
+    ROUND_ROBIN = "round_robin"
+    RANDOM = "random"
+
+
+class RouterSpec(ApiModel):
+    """The model's front door: smg discovers the engine pods and routes to their gates."""
+
+    enabled: bool | None = Field(
+        default=None,
+        description="Run the router. Unset: on when spec.serving.replicas > 1 or prefill-decode is on.",
+    )
+    policy: RouterPolicy = Field(default=RouterPolicy.CACHE_AWARE, description="smg's --policy.")
+    replicas: int = Field(default=2, ge=1, le=16, description="Router replicas (a PDB keeps one up).")
+
+
 class ServingSpec(ApiModel):
     """How the model is served."""
 
@@ -423,6 +447,10 @@ class ServingSpec(ApiModel):
     )
     disaggregation: DisaggregationSpec = Field(default_factory=DisaggregationSpec)
     engine_args: list[EngineArg] = _engine_args_field()
+    router: RouterSpec = Field(
+        default_factory=RouterSpec,
+        description="The SGLang Model Gateway (smg) in front of the engines' gates.",
+    )
 
 
 # The gate's own enums, from the limits contract: the CR offers exactly what the gate understands.

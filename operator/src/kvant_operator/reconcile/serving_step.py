@@ -15,6 +15,7 @@ from kvant_operator.reconcile.engine_check import read_engine_check
 from kvant_operator.reconcile.state import Obj, Pass
 from kvant_operator.render.meta import with_applied_hash
 from kvant_operator.render.roles import roles, workload_name
+from kvant_operator.render.router import router_role
 from kvant_operator.render.serving import ServingInputs, serving_objects
 from kvant_operator.settings import OperatorSettings
 
@@ -56,7 +57,13 @@ def rollout_status(p: Pass, kube: KubeDoor) -> tuple[Phase, bool]:
         waiting = rollout_pending(live, role.replicas)
         if waiting:
             pending.append(f"{role.name}: {waiting}")
-    p.replicas = (existing, ready)
+    p.replicas = (existing, ready)  # engines only: the scale subresource counts serving replicas
+    router = router_role(p.spec)
+    if router is not None:
+        live = kube.get("apps/v1", "Deployment", p.namespace, workload_name(p.model, router)) or {}
+        waiting = rollout_pending(live, router.replicas)
+        if waiting:
+            pending.append(f"{router.name}: {waiting}")
     if pending:
         message = "; ".join(pending)
         p.condition(ConditionType.READY, False, "RollingOut", message)

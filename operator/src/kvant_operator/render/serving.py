@@ -29,6 +29,7 @@ from kvant_operator.render.meta import Obj, object_meta
 from kvant_operator.render.network_policy import network_policy
 from kvant_operator.render.pod_security import restricted
 from kvant_operator.render.roles import Role, roles, workload_name
+from kvant_operator.render.router import router_objects, router_role
 from kvant_operator.settings import OperatorSettings
 from kvant_operator.sources import Location
 
@@ -64,12 +65,15 @@ def serving_objects(inputs: ServingInputs, effective_concurrency: int | None) ->
         limits_configmap(inputs.body, inputs.spec, effective_concurrency),
         network_policy(inputs.body, inputs.settings),
     ]
+    router = router_role(inputs.spec)
     for role in roles(inputs.spec):
-        objects += [
-            deployment(inputs, role),
-            service(inputs.body, role),
-            disruption_budget(inputs.body, role),
-        ]
+        objects.append(deployment(inputs, role))
+        if router is None:  # with a router, smg finds the engine pods itself: they need no Service
+            objects.append(service(inputs.body, role))
+        objects.append(disruption_budget(inputs.body, role))
+    if router is not None:
+        objects += router_objects(inputs.body, inputs.spec, inputs.settings)
+        objects.append(service(inputs.body, router, name=inputs.model))  # the model's one door
     return objects
 
 
@@ -220,9 +224,9 @@ def _gate_container(inputs: ServingInputs) -> Obj:
     }
 
 
-def service(body: Obj, role: Role) -> Obj:
+def service(body: Obj, role: Role, name: str | None = None) -> Obj:
     model = body["metadata"]["name"]
-    meta = object_meta(body, workload_name(model, role), "serving")
+    meta = object_meta(body, name or workload_name(model, role), "serving")
     meta["labels"].update(role.labels(model))
     return {
         "apiVersion": "v1",
