@@ -14,8 +14,8 @@ import yaml
 from kvant_operator.artifact_recipe import artifact_key, artifact_location
 from kvant_operator.render import jobs
 from kvant_operator.render.limits_configmap import limits_configmap
-from kvant_operator.render.roles import roles
-from kvant_operator.render.serving import ServingInputs, deployment, disruption_budget, service
+from kvant_operator.render.roles import disruption_budget, roles
+from kvant_operator.render.serving import ServingInputs, deployment, service
 from kvant_operator.settings import OperatorSettings
 from tests.unit.render_inputs import body, plan, spec_of
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from kvant_operator.api.spec import DisaggregationMode, KvCacheDtype, QuantizedModelSpec, RoleSpec
-from kvant_operator.render.meta import MODEL_LABEL, ROLE_LABEL
+from kvant_operator.render.meta import MODEL_LABEL, ROLE_LABEL, Obj, object_meta
 
 KIND_LABEL = "kvant.dev/component"
 
@@ -74,3 +74,33 @@ def workload_name(model: str, role: Role) -> str:
 def engine_selector(model: str) -> str:
     """The engine pods of every engine role, as a label selector string."""
     return f"{MODEL_LABEL}={model},{KIND_LABEL}={RoleKind.ENGINE.value}"
+
+
+def role_deployment(meta: Obj, role: Role, model: str, pod_spec: Obj, annotations: dict[str, str]) -> Obj:
+    """One role's Deployment. Old pods keep serving until new ones are Ready: a model load (or a
+    router's discovery) takes a while, so a rollout never takes a replica away first."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta,
+        "spec": {
+            "replicas": role.replicas,
+            "selector": {"matchLabels": role.selector(model)},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "template": {
+                "metadata": {"labels": dict(meta["labels"]), "annotations": annotations},
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def disruption_budget(body: Obj, role: Role) -> Obj:
+    """One role's PodDisruptionBudget: a voluntary disruption takes at most one of its pods."""
+    model = body["metadata"]["name"]
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": object_meta(body, workload_name(model, role), "serving"),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": role.selector(model)}},
+    }

@@ -18,7 +18,14 @@ from kvant_contracts.serving_pod import GATE_PORT, METRICS_PORT
 from kvant_operator.api.spec import DisaggregationMode, QuantizedModelSpec
 from kvant_operator.render.meta import MODEL_LABEL, ROLE_LABEL, Obj, object_meta
 from kvant_operator.render.pod_security import restricted
-from kvant_operator.render.roles import KIND_LABEL, Role, RoleKind, workload_name
+from kvant_operator.render.roles import (
+    KIND_LABEL,
+    Role,
+    RoleKind,
+    disruption_budget,
+    role_deployment,
+    workload_name,
+)
 from kvant_operator.settings import OperatorSettings
 
 ROUTER = "router"
@@ -71,7 +78,7 @@ def router_objects(body: Obj, spec: QuantizedModelSpec, settings: OperatorSettin
         _pod_reader(body, name),
         _binding(body, name),
         _deployment(body, settings, role, router_args(model, namespace, spec)),
-        _budget(body, role, name),
+        disruption_budget(body, role),
     ]
 
 
@@ -126,26 +133,4 @@ def _deployment(body: Obj, settings: OperatorSettings, role: Role, args: list[st
     pod["automountServiceAccountToken"] = True  # smg watches the engine pods through the API
     meta = _meta(body, name)
     meta["labels"].update(role.labels(model))
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": meta,
-        "spec": {
-            "replicas": role.replicas,
-            "selector": {"matchLabels": role.selector(model)},
-            "template": {
-                "metadata": {"labels": dict(meta["labels"]), "annotations": {"prometheus.io/scrape": "true"}},
-                "spec": pod,
-            },
-        },
-    }
-
-
-def _budget(body: Obj, role: Role, name: str) -> Obj:
-    model = body["metadata"]["name"]
-    return {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": _meta(body, name),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": role.selector(model)}},
-    }
+    return role_deployment(meta, role, model, pod, {"prometheus.io/scrape": "true"})

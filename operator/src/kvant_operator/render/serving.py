@@ -28,7 +28,7 @@ from kvant_operator.render.limits_configmap import LIMITS_FILE, limits_configmap
 from kvant_operator.render.meta import Obj, object_meta
 from kvant_operator.render.network_policy import network_policy
 from kvant_operator.render.pod_security import restricted
-from kvant_operator.render.roles import Role, roles, workload_name
+from kvant_operator.render.roles import Role, disruption_budget, role_deployment, roles, workload_name
 from kvant_operator.render.router import router_objects, router_role
 from kvant_operator.settings import OperatorSettings
 from kvant_operator.sources import Location
@@ -94,26 +94,11 @@ def deployment(inputs: ServingInputs, role: Role) -> Obj:
         pod["volumes"].append(LAUNCHER_VOLUME)
     pod_spec = restricted(with_access(pod, inputs.spec.access, inputs.spec.serving.engine))
     engine = pod_spec["containers"][0]
-    template_labels = {**meta["labels"]}
     annotations = {
         CONFIG_HASH: digest({"engine": engine, "digest": inputs.digest}),
         "prometheus.io/scrape": "true",
     }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": meta,
-        "spec": {
-            "replicas": role.replicas,
-            "selector": {"matchLabels": role.selector(model)},
-            # Old pods keep serving until new ones are Ready: a model load can take minutes.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
-            "template": {
-                "metadata": {"labels": template_labels, "annotations": annotations},
-                "spec": pod_spec,
-            },
-        },
-    }
+    return role_deployment(meta, role, model, pod_spec, annotations)
 
 
 def _engine_container(inputs: ServingInputs, role: Role) -> Obj:
@@ -239,19 +224,5 @@ def service(body: Obj, role: Role, name: str | None = None) -> Obj:
                 {"name": "http", "port": 80, "targetPort": "http"},
                 {"name": METRICS_PORT_NAME, "port": METRICS_PORT, "targetPort": METRICS_PORT_NAME},
             ],
-        },
-    }
-
-
-def disruption_budget(body: Obj, role: Role) -> Obj:
-    model = body["metadata"]["name"]
-    meta = object_meta(body, workload_name(model, role), "serving")
-    return {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": meta,
-        "spec": {
-            "maxUnavailable": 1,
-            "selector": {"matchLabels": role.selector(model)},
         },
     }
