@@ -65,6 +65,8 @@ def test_service_spreads_clients_over_gates_and_engines_stay_unreachable(
 ):
     manifest = tiny_model("door", weights={"format": "bf16"}, kvCache={"dtype": "bf16"})
     manifest["spec"]["serving"]["replicas"] = 2
+    # Without the router (on by default at 2 replicas): this is about the Service and the gates.
+    manifest["spec"]["serving"]["router"] = {"enabled": False}
     apply(cluster, namespace, manifest)
     wait_ready(cluster, namespace, "door")
     replicas = wait_for(
