@@ -120,9 +120,9 @@ class RecordingS3Remote(S3Remote):
 
     starts: list[tuple[str, int]]
 
-    def _get(self, file: RemoteFile, part: Path, start: int) -> None:
+    def fill(self, file: RemoteFile, part: Path, start: int) -> None:
         self.starts.append((file.path, start))
-        super()._get(file, part, start)
+        super().fill(file, part, start)
 
 
 def test_s3_dropped_connection_resumes_by_range(

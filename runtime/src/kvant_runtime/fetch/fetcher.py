@@ -75,7 +75,7 @@ def _fetch_file(
     kind, problem = "unavailable", ""
     for attempt in range(1, options.attempts + 1):
         try:
-            local = remote.download(file, staging)
+            local = _download(remote, file, staging)
             sha256, problem = _verify(remote, file, local)
             if not problem:
                 done()
@@ -89,6 +89,24 @@ def _fetch_file(
         if attempt < options.attempts:
             time.sleep(options.backoff_s * 2 ** (attempt - 1))
     raise FetchError(kind, f"{file.path}: {problem} (after {options.attempts} attempts)")
+
+
+def _download(remote: Remote, file: RemoteFile, staging: Path) -> Path:
+    """The file complete in staging: `<path>.part` grows (from where an earlier attempt or pod left
+    it) until it has every byte, then takes the file's name. The caller verifies it."""
+    target = staging / file.path
+    if target.is_file() and target.stat().st_size == file.size:
+        return target  # an earlier attempt finished it
+    part = target.with_name(target.name + ".part")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    start = part.stat().st_size if part.exists() else 0
+    if start > file.size:  # not a prefix of this file: start over
+        part.unlink()
+        start = 0
+    if start < file.size:
+        remote.fill(file, part, start)
+    part.replace(target)
+    return target
 
 
 def _verify(remote: Remote, file: RemoteFile, local: Path) -> tuple[str, str]:

@@ -76,23 +76,14 @@ class HfRemote:
     def checks(self, file: RemoteFile) -> list[Check]:
         return [GitBlobCheck(file.size, file.git_sha1)] if file.git_sha1 else []
 
-    def download(self, file: RemoteFile, staging: Path) -> Path:
+    def fill(self, file: RemoteFile, part: Path, start: int) -> None:
         assert self.commit is not None, "resolve() first"
-        target = staging / file.path
-        part = target.with_name(target.name + ".part")
-        if target.is_file() and target.stat().st_size == file.size:
-            return target  # an earlier attempt finished it; the caller verifies
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if part.exists() and part.stat().st_size > file.size:
-            part.unlink()
         url = huggingface_hub.hf_hub_url(
             self.repo_id, file.path, revision=self.commit, endpoint=self.endpoint
         )
         headers = build_hf_headers(token=self.token or False)
         with Translated(f"{self.uri}: downloading {file.path}", _translate), part.open("ab") as out:
-            http_get(url, out, resume_size=out.tell(), headers=headers, expected_size=file.size)
-        part.replace(target)
-        return target
+            http_get(url, out, resume_size=start, headers=headers, expected_size=file.size)
 
 
 def _translate(error: BaseException, doing: str) -> FetchError | None:

@@ -80,10 +80,10 @@ class Remote(Protocol):
         """The digests besides sha256 (which the fetcher always computes) to verify `file` with."""
         ...
 
-    def download(self, file: RemoteFile, staging: Path) -> Path:
-        """Downloads `file` into `staging` (resuming what an earlier attempt left there) and returns the
-        complete local file. Verification is the caller's; progress is measured on the staging folder,
-        which is how huggingface_hub (tqdm only) can be followed at all."""
+    def fill(self, file: RemoteFile, part: Path, start: int) -> None:
+        """Appends `file`'s bytes from offset `start` to `part`, which holds the first `start` bytes.
+        The fetcher owns the partial file's life cycle (resume, discard, publish) and verification;
+        progress is measured on the staging folder, how huggingface_hub (tqdm only) can be followed."""
         ...
 
 

@@ -106,22 +106,7 @@ class S3Remote:
             return [ETagCheck(file.etag or "", None)]
         return [ETagCheck(file.etag or "", file.part_size)] if file.part_size else []
 
-    def download(self, file: RemoteFile, staging: Path) -> Path:
-        target = staging / file.path
-        part = target.with_name(target.name + ".part")
-        if target.is_file() and target.stat().st_size == file.size:
-            return target  # an earlier attempt finished it; the caller verifies
-        target.parent.mkdir(parents=True, exist_ok=True)
-        start = part.stat().st_size if part.exists() else 0
-        if start > file.size:
-            part.unlink()
-            start = 0
-        if start < file.size:
-            self._get(file, part, start)
-        part.replace(target)
-        return target
-
-    def _get(self, file: RemoteFile, part: Path, start: int) -> None:
+    def fill(self, file: RemoteFile, part: Path, start: int) -> None:
         key = self.prefix + file.path
         extra: dict[str, str] = {"IfMatch": f'"{file.etag}"'} if file.etag else {}
         with Translated(f"{self.uri}: downloading {file.path}", _translate):
