@@ -3,9 +3,21 @@ what serving needs."""
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
+
 import pytest
 
-from kvant_runtime.fetch.remote import DEFAULT_PATTERNS, FetchError, safe_relative, selected
+from kvant_runtime.fetch.fetcher import FetchOptions, fetch
+from kvant_runtime.fetch.hf_remote import HfRemote
+from kvant_runtime.fetch.remote import (
+    DEFAULT_PATTERNS,
+    FetchError,
+    RemoteFile,
+    Snapshot,
+    safe_relative,
+    selected,
+)
 
 # A Kimi-K2-style repository: weights and index, configs, tiktoken tokenizer, remote code, and
 # files serving does not need.
@@ -64,3 +76,17 @@ def test_a_listed_path_that_could_leave_the_folder_is_refused(path: str) -> None
 @pytest.mark.parametrize("path", ["config.json", "original/params.json", "a.b/c..d"])
 def test_ordinary_paths_pass(path: str) -> None:
     assert safe_relative(path, "hf://org/name") == path
+
+
+class _Escaping(HfRemote):
+    """The Hub client for a hand-typed URI whose repo id climbs out of ROOT; resolved without a Hub."""
+
+    def resolve(self) -> Snapshot:
+        return Snapshot(self.uri, "0" * 40, f"hf/{self.repo_id}/{'0' * 40}", (RemoteFile("config.json", 2),))
+
+
+def test_a_uri_whose_folder_would_leave_the_root_publishes_nothing(tmp_path: Path) -> None:
+    remote = _Escaping("hf://../../outside", None, DEFAULT_PATTERNS, None, None)
+    with pytest.raises(FetchError) as refused:
+        fetch(remote, tmp_path / "root", FetchOptions(), io.StringIO())
+    assert refused.value.kind == "input" and not (tmp_path / "outside").exists()

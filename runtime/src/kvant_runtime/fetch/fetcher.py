@@ -32,7 +32,7 @@ from kvant_contracts.artifact_manifest import (
     verify_artifact,
 )
 from kvant_contracts.job_lines import FetchProgress, SourceResult
-from kvant_runtime.fetch.remote import FetchError, Remote, RemoteFile, Snapshot
+from kvant_runtime.fetch.remote import FetchError, Remote, RemoteFile, Snapshot, safe_relative
 
 STAGING_PREFIX = ".kvant-partial-"
 _PROGRESS_INTERVAL_S = 2.0
@@ -48,7 +48,9 @@ class FetchOptions:
 
 def fetch(remote: Remote, root: Path, options: FetchOptions, out: TextIO) -> SourceResult:
     snapshot = remote.resolve()
-    folder = root / snapshot.folder
+    # The folder comes from the URI (a repo id, a bucket): by hand, `kvant fetch` meets URIs the API
+    # never checked, and none may publish outside ROOT.
+    folder = root / safe_relative(snapshot.folder, snapshot.uri)
     if (folder / MANIFEST_NAME).is_file():
         manifest = verify_artifact(folder, None)  # sizes: a published folder was hashed when fetched
         return _result(snapshot, manifest.digest)
