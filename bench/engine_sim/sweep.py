@@ -7,7 +7,10 @@ N clients each send a long-prompt request and send the next as soon as the
 previous one finishes. The engine is the simulator's own (`kvant_runtime.sim`),
 driven on a virtual clock, so the sweep is deterministic and takes seconds.
 
-    python bench/engine_sim/sweep.py [--json results.json]
+    python bench/engine_sim/sweep.py [--json results.json] [--plot PNG | --no-plot]
+
+Besides the table it draws the running batch and the throughput against concurrency, BF16 and FP8,
+into batch.png beside this file.
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ from pathlib import Path
 from kvant_runtime.sim.cost import CostModel
 from kvant_runtime.sim.engine import Engine, EngineConfig, Request
 from kvant_runtime.sim.plan_file import PlanCapacity, read_plan_capacity
+
+# Run by path, the bench has its own folder on sys.path, not the repository root.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.plots import add_plot_arguments, batch_by_concurrency, plot_destination
 
 HERE = Path(__file__).parent
 CONCURRENCY = (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128)
@@ -106,7 +113,9 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--json", type=Path, help="write every point and the summary here")
+    add_plot_arguments(parser, "batch.png beside this file")
     args = parser.parse_args()
+    png = plot_destination(parser, args, HERE / "batch.png")
     curves: dict[str, list[Point]] = {}
     capacities = {dtype: plan(dtype) for dtype in ("bf16", "fp8_e4m3")}
     print(f"prompt {PROMPT_TOKENS} + output {OUTPUT_TOKENS} tokens, {MEASURE_S:.0f} s measured per point")
@@ -137,6 +146,11 @@ def main() -> int:
     if args.json:
         points = {d: [asdict(p) for p in ps] for d, ps in curves.items()}
         args.json.write_text(json.dumps({"points": points, "summary": summary}, indent=2))
+    if png:
+        title = (
+            f"Kimi-K2-shaped MLA, INT4 experts, TP8 H200: prompt {PROMPT_TOKENS:,} + output {OUTPUT_TOKENS:,}"
+        )
+        print(f"plot: {batch_by_concurrency(curves, png, title)}")
     return 0
 
 

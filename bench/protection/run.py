@@ -12,7 +12,10 @@ Two workloads: the default, where every answer runs to its max_new_tokens (the k
 worst-case reservation), and `--realistic`, where answers stop at EOS with lengths drawn from a
 lognormal (median 100 tokens) under a max_new_tokens of 600, as real clients' do.
 
-    python bench/protection/run.py [--seconds 12] [--realistic] [--json out.json]
+    python bench/protection/run.py [--seconds 12] [--realistic] [--json out.json] [--plot PNG | --no-plot]
+
+Besides the table it draws goodput against load, a panel per KV dtype and a line per mode, into
+goodput.png (goodput-realistic.png with --realistic) beside this file.
 """
 
 from __future__ import annotations
@@ -34,6 +37,12 @@ from kvant_operator.planner.capacity_plan import PlanRequest, make_plan
 from kvant_operator.planner.checkpoint_view import load_checkpoint
 from kvant_operator.planner.sizing import gpu_memory_for_tokens
 from kvant_runtime.tinymodel import make_tiny_checkpoint
+
+# Run by path, the bench has its own folder on sys.path, not the repository root.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.plots import add_plot_arguments, goodput_by_load, plot_destination
+
+HERE = Path(__file__).parent
 
 PROMPT, NEW = 400, 200
 LIMITS = {
@@ -151,7 +160,11 @@ def main() -> None:
         "--warmup", type=float, default=8.0, help="seconds of the same load before measuring (every mode)"
     )
     parser.add_argument("--json", type=Path)
+    add_plot_arguments(parser, "goodput.png, or goodput-realistic.png, beside this file")
     args = parser.parse_args()
+    png = plot_destination(
+        parser, args, HERE / ("goodput-realistic.png" if args.realistic else "goodput.png")
+    )
     new_tokens = REALISTIC_MAX_NEW if args.realistic else NEW
     lengths = REALISTIC_LENGTHS if args.realistic else None
     workdir = Path(tempfile.mkdtemp(prefix="kvant-bench-protection-"))
@@ -196,6 +209,9 @@ def main() -> None:
     if args.json:
         summary = {"capacity": capacity, "oneX": one_x, "slo": args.slo, "workload": workload, "rows": rows}
         args.json.write_text(json.dumps(summary, indent=2))
+    if png:
+        title = f"prompt {PROMPT} tokens, {workload}; SLO {args.slo:g} s; 1x = {one_x} clients"
+        print(f"plot: {goodput_by_load(rows, list(MODES), png, title)}")
 
 
 if __name__ == "__main__":

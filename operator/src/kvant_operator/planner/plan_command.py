@@ -1,4 +1,4 @@
-"""`kvant plan`: the capacity plan of a checkpoint, as a comparison table or as JSON."""
+"""`kvant plan`: the capacity plan of a checkpoint, as a comparison table or as JSON, and as a PNG."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from kvant_operator.planner.architecture import ConfigError
 from kvant_operator.planner.capacity_plan import DEFAULT_CONTEXTS, PlanRequest, compare, make_plan
 from kvant_operator.planner.checkpoint_view import load_checkpoint
 from kvant_operator.planner.inventory import InventoryError
+from kvant_operator.planner.plan_plot import PlotError, capacity_panels, check_can_plot, write_plot
 from kvant_operator.planner.table import render_table
 
 
@@ -93,6 +94,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help=f"context length for max concurrency (repeat); default: {', '.join(map(str, DEFAULT_CONTEXTS))}",
     )
     parser.add_argument("--json", action="store_true", help="print the requested plan as one JSON object")
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        metavar="FILE",
+        help="also draw BF16 vs FP8 KV (tokens, concurrency) and source vs INT4 weights as a PNG "
+        "(needs the 'plot' extra: pip install 'kvant-operator[plot]')",
+    )
     parser.set_defaults(run=run)
 
 
@@ -115,17 +123,27 @@ def run(args: argparse.Namespace) -> int:
         contexts=tuple(args.context or DEFAULT_CONTEXTS),
     )
     try:
+        if args.plot:  # before any work: a missing matplotlib or folder is known now
+            check_can_plot(args.plot)
         checkpoint = load_checkpoint(args.config)
-    except (ConfigError, InventoryError) as err:
+    except (ConfigError, InventoryError, PlotError) as err:
         print(f"kvant plan: {err}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps(make_plan(checkpoint, request).model_dump(mode="json"), indent=2))
-        return 0
     shape = checkpoint.shape
     title = (
         f"{shape.architecture} ({shape.attention.value.upper()}, {shape.num_layers} layers) · TP{args.tp} · "
         f"{gpus} x {args.gpu_memory_gib:g} GiB · tensors from {checkpoint.inventory.origin}"
     )
-    print(render_table(compare(checkpoint, request), title))
+    if args.json:
+        print(json.dumps(make_plan(checkpoint, request).model_dump(mode="json"), indent=2))
+    else:
+        print(render_table(compare(checkpoint, request), title))
+    if args.plot:
+        try:
+            write_plot(capacity_panels(checkpoint, request), args.plot, title)
+        except PlotError as err:
+            print(f"kvant plan: {err}", file=sys.stderr)
+            return 2
+        # stderr, so that --json keeps stdout one JSON object
+        print(f"kvant plan: wrote {args.plot}", file=sys.stderr)
     return 0
