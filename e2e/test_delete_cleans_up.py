@@ -10,16 +10,27 @@ from e2e.qm import apply, wait_ready
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
-OWNED_KINDS = ("deployments", "services", "configmaps", "jobs", "poddisruptionbudgets", "pods")
+OWNED_KINDS = (
+    "deployments",
+    "services",
+    "configmaps",
+    "jobs",
+    "poddisruptionbudgets",
+    "pods",
+    "serviceaccounts",
+    "roles",
+    "rolebindings",
+)
 
 
 def _owned(cluster, namespace: str) -> dict[str, list[str]]:
     api = cluster.api_client()
-    core, apps, batch, policy = (
+    core, apps, batch, policy, rbac = (
         client.CoreV1Api(api),
         client.AppsV1Api(api),
         client.BatchV1Api(api),
         client.PolicyV1Api(api),
+        client.RbacAuthorizationV1Api(api),
     )
     selector = "kvant.dev/model=tiny,app.kubernetes.io/component!=artifact-record"
     listed = {
@@ -31,6 +42,10 @@ def _owned(cluster, namespace: str) -> dict[str, list[str]]:
             namespace, label_selector=selector
         ).items,
         "pods": core.list_namespaced_pod(namespace, label_selector=selector).items,
+        # The gate's account and its Role on the limits ConfigMap.
+        "serviceaccounts": core.list_namespaced_service_account(namespace, label_selector=selector).items,
+        "roles": rbac.list_namespaced_role(namespace, label_selector=selector).items,
+        "rolebindings": rbac.list_namespaced_role_binding(namespace, label_selector=selector).items,
     }
     return {kind: [o.metadata.name for o in objs] for kind, objs in listed.items()}
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kvant_operator.render.gate_access import gate_identity
 from tests.helm_chart import CHART, render
 
 pytestmark = pytest.mark.cluster
@@ -27,6 +28,7 @@ OPERATOR_CAN = [  # (verb, resource): every call in kvant_operator/kube.py and k
     ("create", "services"),
     ("patch", "poddisruptionbudgets.policy"),
     ("create", "configmaps"),
+    ("watch", "configmaps"),
     ("list", "pods"),
     ("watch", "pods"),
     ("patch", "serviceaccounts"),
@@ -34,6 +36,21 @@ OPERATOR_CAN = [  # (verb, resource): every call in kvant_operator/kube.py and k
     ("patch", "rolebindings.rbac.authorization.k8s.io"),
     ("get", "pods/log"),
     ("create", "events"),
+    # kopf indexes (kube_cache.py) list and watch every kind the serving step applies
+    *(
+        (verb, resource)
+        for verb in ("list", "watch")
+        for resource in (
+            "deployments.apps",
+            "services",
+            "poddisruptionbudgets.policy",
+            "configmaps",
+            "serviceaccounts",
+            "roles.rbac.authorization.k8s.io",
+            "rolebindings.rbac.authorization.k8s.io",
+            "networkpolicies.networking.k8s.io",
+        )
+    ),
 ]
 
 
@@ -119,8 +136,9 @@ def test_cannot_write_crds(request: pytest.FixtureRequest, account: str, verb: s
 @pytest.mark.parametrize("account", ["namespaced", "clusterwide"])
 def test_cannot_grant_itself_more(request: pytest.FixtureRequest, account: str):
     sa: Account = request.getfixturevalue(account)
-    # It creates the router's Role and RoleBinding (pod reads), but may neither bind nor escalate:
-    # the API refuses a Role that grants more than the operator holds, such as Secrets.
+    # It creates the router's and the gates' Roles and RoleBindings (pod reads; one ConfigMap's reads),
+    # but may neither bind nor escalate: the API refuses a Role that grants more than the operator
+    # holds, such as Secrets.
     for resource in ("roles.rbac.authorization.k8s.io", "clusterroles.rbac.authorization.k8s.io"):
         assert not sa.can("escalate", resource, WATCHED)
         assert not sa.can("bind", resource, WATCHED)
@@ -142,6 +160,13 @@ def test_cannot_grant_itself_more(request: pytest.FixtureRequest, account: str):
         "create", "--dry-run=server", f"--as={sa.user}", "-f", "-", input=json.dumps(pods), check=False
     )
     assert allowed.returncode == 0, allowed.stderr
+    gate_role = next(
+        o for o in gate_identity({"metadata": {"name": "tiny", "namespace": WATCHED}}) if o["kind"] == "Role"
+    )
+    allowed = sa.cluster.kubectl(
+        "create", "--dry-run=server", f"--as={sa.user}", "-f", "-", input=json.dumps(gate_role), check=False
+    )
+    assert allowed.returncode == 0, allowed.stderr  # the gate's Role: reads of its limits ConfigMap
     assert not sa.can("create", "clusterrolebindings.rbac.authorization.k8s.io")
     assert not sa.can("impersonate", "serviceaccounts", WATCHED)
     assert not sa.can("create", "pods", WATCHED)  # Jobs and Deployments make pods, the operator never does

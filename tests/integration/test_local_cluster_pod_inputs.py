@@ -1,4 +1,5 @@
-"""What a pod sees: downward-API env, ConfigMap/Secret env and files (refreshed live), PVC folders."""
+"""What a pod sees: downward-API env, ConfigMap/Secret env and files, PVC folders; a ConfigMap edit
+reaches the files as late as on a kubelet (after the node's sync delay), never at once."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def _objects(claim_dir: str) -> list[dict[str, object]]:
     ]
 
 
-def test_pod_sees_env_files_and_claim_and_configmap_edits_arrive_live(cluster):
+def test_pod_sees_env_files_and_claim_and_configmap_edits_arrive_after_the_sync_delay(cluster):
     claim_dir = "/srv/integration/artifacts"  # a path on the node, which lives in the cluster's folder
     shutil.rmtree(cluster.node_path(claim_dir), ignore_errors=True)
     cluster.node_path(claim_dir).mkdir(parents=True)
@@ -116,8 +117,11 @@ def test_pod_sees_env_files_and_claim_and_configmap_edits_arrive_live(cluster):
     cluster.kubectl(
         "patch", "configmap", "limits", "--type=merge", "-p", '{"data": {"maxConcurrency": "48"}}'
     )
+    assert _report(ip)["files"] == {"maxConcurrency": "64"}  # not yet: the next sync after the delay
     wait_for(
-        lambda: _report(ip)["files"] == {"maxConcurrency": "48"}, 30, "the ConfigMap edit to reach the file"
+        lambda: _report(ip)["files"] == {"maxConcurrency": "48"},
+        cluster.projection_delay + 30,
+        "the ConfigMap edit to reach the file",
     )
     cluster.kubectl("delete", "pod", "reporter", "--wait=false")
 

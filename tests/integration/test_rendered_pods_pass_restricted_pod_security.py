@@ -13,6 +13,7 @@ from kvant_operator.api.status import SourceStatus
 from kvant_operator.artifact_recipe import artifact_key, artifact_location
 from kvant_operator.render import jobs
 from kvant_operator.render.fetch_job import fetch_job, fetch_key
+from kvant_operator.render.gate_access import gate_identity
 from kvant_operator.render.roles import roles
 from kvant_operator.render.serving import ServingInputs, deployment, serving_objects
 from kvant_operator.settings import OperatorSettings
@@ -52,6 +53,16 @@ def _pod(workload: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template["spec"]}
 
 
+def _apply_gate_account(cluster: Any, example: str) -> None:
+    """Serving pods run as the gate's ServiceAccount, which the operator applies before the Deployments
+    (the API server refuses a pod whose account does not exist)."""
+    model = body(example)
+    model["metadata"]["namespace"] = NAMESPACE
+    account = next(o for o in gate_identity(model) if o["kind"] == "ServiceAccount")
+    account["metadata"].pop("ownerReferences", None)  # the owner does not exist in this namespace
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(account))
+
+
 def _workloads(example: str, **overrides: Any) -> list[dict[str, Any]]:
     model = body(example, evaluation=EVALUATION, **overrides)
     model["metadata"]["namespace"] = NAMESPACE
@@ -69,6 +80,7 @@ def _workloads(example: str, **overrides: Any) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("example", ["tiny.yaml", "llama-70b-prefill-decode-fp8kv.yaml"])
 def test_every_rendered_pod_is_admitted_under_restricted(restricted_namespace: Any, example: str) -> None:
+    _apply_gate_account(restricted_namespace, example)
     pods = [_pod(w) for w in _workloads(example, source={"uri": "pvc://models/tiny-llama"})]
     result = restricted_namespace.kubectl(
         "create", "--dry-run=server", "-f", "-", input="\n".join(json.dumps(p) for p in pods)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -99,3 +100,37 @@ def test_gate_process_serves_the_simulator_and_stops_on_sigterm(tmp_path: Path):
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
+
+
+def test_a_limits_configmap_outside_a_pod_leaves_the_gate_on_its_file(tmp_path: Path):
+    """--limits-configmap without the in-cluster environment: said once, and the gate serves from the file."""
+    limits = tmp_path / "limits.yaml"
+    limits.write_text(render_limits(parse_limits({"maxConcurrency": 4})))
+    gate_url = closed_port_url()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    argv = [*KVANT, "gate", "--listen", gate_url.removeprefix("http://"), "--upstream", closed_port_url()]
+    argv += ["--limits", str(limits), "--limits-configmap", "serving/tiny-limits"]
+    gate = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        _wait_http(gate_url + "/gate/metrics", gate)
+        gate.send_signal(signal.SIGTERM)
+        output, _ = gate.communicate(timeout=WAIT_SECONDS)
+    finally:
+        if gate.poll() is None:
+            gate.kill()
+            gate.communicate()
+    assert "event=limits_api_disabled following=file" in output and "KUBERNETES_SERVICE_HOST" in output
+    assert "limits_configmap=none" in output and "Traceback" not in output
+
+
+def test_a_malformed_limits_configmap_is_refused_at_the_command_line():
+    argv = [*KVANT, "gate", "--listen", "127.0.0.1:1", "--upstream", "http://127.0.0.1:2", "--limits", "x"]
+    result = subprocess.run(
+        [*argv, "--limits-configmap", "tiny-limits"],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_SECONDS,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "expected NAMESPACE/NAME such as serving/tiny-limits, got 'tiny-limits'" in result.stderr

@@ -23,6 +23,7 @@ DOCUMENTED = {
     "kvant_gate_concurrency_changes": "counter",
     "kvant_gate_limits_reloads": "counter",
     "kvant_gate_limits_valid": "gauge",
+    "kvant_gate_limits_source": "gauge",
     "kvant_gate_engine_metrics_stale": "gauge",
     "kvant_gate_engine_token_usage": "gauge",
     "kvant_gate_output_forecast_tokens": "gauge",

@@ -16,7 +16,7 @@ def _volumes(tmp_path: Path, path: str, kind: str) -> PodVolumes:
         "metadata": {"namespace": "default", "name": "p", "uid": "u"},
         "spec": {"volumes": [{"name": "data", "hostPath": {"path": path, "type": kind}}]},
     }
-    return PodVolumes(pod, tmp_path / "pod", tmp_path / "node", lambda *_: None, lambda *_: ("", 0.0))
+    return PodVolumes(pod, tmp_path / "pod", tmp_path / "node", lambda *_: None, lambda *_: ("", 0.0), 0.0)
 
 
 def test_directory_or_create_is_made_inside_the_node_root(tmp_path: Path) -> None:

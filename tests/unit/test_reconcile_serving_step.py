@@ -24,7 +24,10 @@ def test_serve_applies_limits_workload_service_and_budget_then_waits() -> None:
     phase, busy = serve(p, kube, SETTINGS)
     assert (phase, busy) == (Phase.DEPLOYING, True)
     kinds = sorted(k[1] for k in kube.applied)
-    assert kinds == ["ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Service"]
+    gate_access = ["Role", "RoleBinding", "ServiceAccount"]  # the gate reads its limits ConfigMap
+    assert kinds == sorted(
+        ["ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Service", *gate_access]
+    )
     assert condition(p, "Ready").reason == "RollingOut"
 
 

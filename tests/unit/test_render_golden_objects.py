@@ -13,6 +13,7 @@ import yaml
 
 from kvant_operator.artifact_recipe import artifact_key, artifact_location
 from kvant_operator.render import jobs
+from kvant_operator.render.gate_access import gate_identity
 from kvant_operator.render.limits_configmap import limits_configmap
 from kvant_operator.render.roles import disruption_budget, roles
 from kvant_operator.render.serving import ServingInputs, deployment, service
@@ -33,6 +34,7 @@ def _render(example: str) -> list[dict]:
         jobs.plan_job(manifest, spec, settings),
         jobs.artifact_job([manifest], spec, settings, key, attempt=1),
         limits_configmap(manifest, spec, None),
+        *gate_identity(manifest),
     ]
     for role in roles(spec):
         objects += [deployment(inputs, role), service(manifest, role), disruption_budget(manifest, role)]

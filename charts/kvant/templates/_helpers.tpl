@@ -69,38 +69,42 @@ credentialsSecret by name, and the kubelet, not the operator, reads it.
 - apiGroups: [batch]
   resources: [jobs]
   verbs: [get, list, create, patch]
-# Job and engine pods' state, and the JSON lines the Job steps and engine-check print. get and watch
-# only because the router's Role grants them (RBAC lets a Role grant only what its creator holds).
+# Job and engine pods' state, and the JSON lines the Job steps and engine-check print. watch for the
+# kopf index of the models' pods; get because the router's Role grants it (a Role grants only what
+# its creator holds).
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch]
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]
-# Limits ConfigMaps (server-side apply) and artifact records (create).
+# Limits ConfigMaps (server-side apply) and artifact records (create). list and watch for the kopf
+# index (below), and because each model's gate Role grants them on its limits ConfigMap.
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [get, create, patch]
-# Serving objects, by server-side apply (which needs create for the first apply).
+  verbs: [get, list, watch, create, patch]
+# Serving objects, by server-side apply (which needs create for the first apply); listed and watched
+# by Kvant's label into kopf indexes, so a settled model's reads cost no request.
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [get, create, patch]
+  verbs: [get, list, watch, create, patch]
 - apiGroups: [""]
   resources: [services]
-  verbs: [get, create, patch]
+  verbs: [get, list, watch, create, patch]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
-  verbs: [get, create, patch]
-# The router role (smg): its own ServiceAccount and a Role that reads the model's pods, bound to it.
+  verbs: [get, list, watch, create, patch]
+# The router role (smg) and each model's gate: their own ServiceAccounts, and Roles bound to them (the
+# router's reads the model's pods, the gate's its limits ConfigMap).
 - apiGroups: [""]
   resources: [serviceaccounts]
-  verbs: [get, create, patch]
+  verbs: [get, list, watch, create, patch]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
-  verbs: [get, create, patch]
+  verbs: [get, list, watch, create, patch]
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
-  verbs: [get, create, patch]
+  verbs: [get, list, watch, create, patch]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]

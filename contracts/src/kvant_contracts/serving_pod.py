@@ -16,6 +16,14 @@ GATE_BUSY_REASONS = ("queue_full", "queue_timeout", "queue_bytes", "overloaded")
 # listeners on the pod IP (the renderer passes them to the gate and builds Service, probes and the
 # NetworkPolicy from them).
 ENGINE_HOST, ENGINE_PORT, GATE_PORT, METRICS_PORT = "127.0.0.1", 30000, 8000, 9090
+# A prefill engine's bootstrap server (SGLang's --disaggregation-bootstrap-port, its default): the
+# engine binds it on loopback, the gate relays the pod IP's same port to it, and the router learns it
+# from the pod's `sglang.ai/bootstrap-port` annotation.
+BOOTSTRAP_PORT = 8998
+# Where the gate finds its API credentials: the ServiceAccount token, the cluster CA (`ca.crt`) and
+# `namespace`, projected into the gate container only (the standard in-cluster path, so client
+# libraries find it too). With them, the gate watches its limits ConfigMap through the API.
+API_CREDENTIALS_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 # The admin token reaches the engine container as this variable (from the model's Secret), never in
 # the launch spec; `kvant launch` passes it to SGLang as --admin-api-key.
 ADMIN_KEY_ENV = "KVANT_ADMIN_API_KEY"

@@ -15,6 +15,8 @@ from kvant_dev.controlplane import ControlPlane
 from kvant_dev.model_stores import ModelStores
 from kvant_dev.netutil import wait_until
 from kvant_dev.network import Addresses, ClusterNetwork
+from kvant_dev.nodeagent.podrunner import pod_dir
+from kvant_dev.nodeagent.volumes import KUBELET_SYNC_SECONDS, file_volume_dir
 from kvant_dev.process import ManagedProcess
 from kvant_dev.prometheus import Prometheus, pod_discovery_job
 from kvant_dev.toolchain import Toolchain, pinned_versions
@@ -32,6 +34,9 @@ class LocalCluster:
     nodes: int = 1
     gpus_per_node: int = 8
     tied_to_parent: bool = True
+    # Seconds before a ConfigMap or Secret edit reaches running pods' volumes (a kubelet's sync period;
+    # see kvant_dev.nodeagent.volumes). Code that must see an edit sooner reads it through the API.
+    projection_delay: float = KUBELET_SYNC_SECONDS
     toolchain: Toolchain = field(default_factory=Toolchain.locate)
     control_plane: ControlPlane = field(init=False)
     network: ClusterNetwork = field(init=False)
@@ -49,9 +54,18 @@ class LocalCluster:
         return self.control_plane.net
 
     @property
+    def agent_dir(self) -> Path:
+        """The node agent's folder: its pods' volumes and logs, and the nodes' filesystem (`fs`)."""
+        return self.workdir / "node"
+
+    @property
     def node_root(self) -> Path:
         """The nodes' own filesystem: hostPath volumes, local PVs and file:// sources resolve below it."""
-        return self.workdir / "node" / "fs"
+        return self.agent_dir / "fs"
+
+    def pod_volume(self, namespace: str, pod: str, uid: str, volume: str) -> Path:
+        """A running pod's ConfigMap, Secret or projected volume on this machine, as the pod sees it."""
+        return file_volume_dir(pod_dir(self.agent_dir, namespace, pod, uid), volume)
 
     def node_path(self, path: str) -> Path:
         """Where a node path (as a hostPath or file:// URI names it) lives on this machine."""
@@ -83,7 +97,7 @@ class LocalCluster:
             "-m",
             "kvant_dev.nodeagent",
             f"--kubeconfig={self.kubeconfig}",
-            f"--root={self.workdir / 'node'}",
+            f"--root={self.agent_dir}",
             f"--pki-dir={self.control_plane.pki_dir}",
             f"--nodes={self.nodes}",
             f"--gpus-per-node={self.gpus_per_node}",
@@ -92,6 +106,7 @@ class LocalCluster:
             f"--node-netns={self.network.netns}",
             f"--network-slot={self.addresses.slot}",
             f"--cluster-dns={self.addresses.gateway}",
+            f"--projection-delay={self.projection_delay}",
         ]
         if self.tied_to_parent:
             argv.append("--tie-pods")

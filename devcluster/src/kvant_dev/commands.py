@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from kvant_dev.network import release_test_range_guard
+from kvant_dev.nodeagent.volumes import KUBELET_SYNC_SECONDS
 from kvant_dev.process import is_alive, stop_group
 from kvant_dev.toolchain import Toolchain, cache_dir
 
@@ -43,6 +44,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--gpus-per-node", type=int, default=8, help="nvidia.com/gpu capacity per node (default 8)"
     )
     up.add_argument("--prometheus", action="store_true", help="also run Prometheus scraping annotated pods")
+    up.add_argument(
+        "--projection-delay",
+        type=float,
+        default=KUBELET_SYNC_SECONDS,
+        metavar="SECONDS",
+        help="how long a ConfigMap or Secret edit waits before it reaches running pods' volumes, as a "
+        "kubelet's periodic pod sync delays it (default: %(default)s; 0: at once)",
+    )
     up.set_defaults(run=_up)
     actions.add_parser("down", help="stop the local cluster and delete its state").set_defaults(run=_down)
     actions.add_parser("status", help="show the cluster's processes and nodes").set_defaults(run=_status)
@@ -57,7 +66,11 @@ def _up(args: argparse.Namespace) -> int:
         return 1
     shutil.rmtree(state_dir(), ignore_errors=True)
     cluster = LocalCluster(
-        state_dir(), nodes=args.nodes, gpus_per_node=args.gpus_per_node, tied_to_parent=False
+        state_dir(),
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        tied_to_parent=False,
+        projection_delay=args.projection_delay,
     )
     # Ctrl-C or SIGTERM half-way must not leave processes, links and routes without a state file.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))

@@ -26,6 +26,14 @@ def main() -> None:
     parser.add_argument("--node-netns", type=Path, required=True, help="the node network namespace")
     parser.add_argument("--network-slot", type=int, required=True, help="the cluster's network slot")
     parser.add_argument("--cluster-dns", help="the DNS server ClusterFirst pods use (none: no cluster DNS)")
+    parser.add_argument(
+        "--projection-delay",
+        type=float,
+        default=AgentConfig.projection_delay,
+        metavar="SECONDS",
+        help="how long a ConfigMap or Secret edit waits before it reaches running pods' volumes, as a "
+        "kubelet's periodic pod sync (--sync-frequency) delays it (default: %(default)s; 0: at once)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     api = kube_config.new_client_from_config(str(args.kubeconfig))
@@ -42,6 +50,7 @@ def main() -> None:
             kubelet_version=args.kubelet_version,
             tied_to_parent=args.tie_pods,
             prometheus_targets=args.prometheus_targets,
+            projection_delay=args.projection_delay,
         ),
     )
 

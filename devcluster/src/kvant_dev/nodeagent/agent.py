@@ -25,6 +25,7 @@ from kvant_dev.nodeagent.podrunner import PodContext, PodRunner
 from kvant_dev.nodeagent.rootfs import read_host_submounts
 from kvant_dev.nodeagent.sandbox import PodNetwork
 from kvant_dev.nodeagent.scrape_targets import write_targets
+from kvant_dev.nodeagent.volumes import KUBELET_SYNC_SECONDS
 
 Obj = dict[str, Any]
 log = logging.getLogger("kvant.nodeagent")
@@ -43,6 +44,7 @@ class AgentConfig:
     kubelet_version: str = "v0.0.0"
     tied_to_parent: bool = False
     prometheus_targets: Path | None = None
+    projection_delay: float = KUBELET_SYNC_SECONDS  # ConfigMap and Secret edits reach volumes this late
 
 
 class NodeAgent:
@@ -78,6 +80,7 @@ class NodeAgent:
             submounts=read_host_submounts(),
             tied_to_parent=config.tied_to_parent,
             patch_status=self._patch_status,
+            projection_delay=config.projection_delay,
         )
 
     def _base_env(self, namespace: str) -> dict[str, str]:

@@ -37,6 +37,12 @@ class PodContext:
     submounts: list[str]  # the host's mounts each container root carries (see rootfs)
     tied_to_parent: bool
     patch_status: Callable[[str, str, Obj], None]
+    projection_delay: float  # seconds before a ConfigMap or Secret change reaches a volume (see volumes)
+
+
+def pod_dir(root: Path, namespace: str, name: str, uid: str) -> Path:
+    """A pod's folder below the agent's root: its volumes, logs and container roots."""
+    return root / "pods" / f"{namespace}_{name}_{uid}"
 
 
 class PodRunner:
@@ -46,8 +52,10 @@ class PodRunner:
         self.ctx = ctx
         meta = pod["metadata"]
         self.namespace, self.name = meta["namespace"], meta["name"]
-        self.dir = ctx.root / "pods" / f"{self.namespace}_{self.name}_{meta['uid']}"
-        self.volumes = PodVolumes(pod, self.dir, ctx.node_root, ctx.lookup, ctx.token_source)
+        self.dir = pod_dir(ctx.root, self.namespace, self.name, meta["uid"])
+        self.volumes = PodVolumes(
+            pod, self.dir, ctx.node_root, ctx.lookup, ctx.token_source, ctx.projection_delay
+        )
         hostname = str(pod["spec"].get("hostname") or self.name)[:63]
         self.sandbox = PodSandbox(
             meta["uid"], hostname, pod_ip, ctx.network, log_dir=self.log_dir, tied=ctx.tied_to_parent

@@ -2,6 +2,15 @@
 ConfigMap/Secret/downwardAPI/projected files refreshed in place like the kubelet
 (new content goes to a fresh folder and the `..data` symlink is swapped atomically).
 
+ConfigMap and Secret content reaches a running pod's volume late, as on a kubelet: a real kubelet
+rewrites these volumes only on the pod's periodic sync (`--sync-frequency`, 1 min by default,
+jittered up to 1.5x) from its object cache, so an edit shows up anywhere from seconds to about
+90 s later. Here a changed object is projected `projection_delay` seconds after the agent first
+sees the change (at the pod's next sync after that), always the full delay rather than a random
+part of it, so code that relies on quick projection fails on every run here rather than now and
+then in production. A pod that starts gets the current content at once, as on a kubelet.
+ServiceAccount tokens and downward-API files keep being refreshed on every sync.
+
 hostPath and local PV paths are the node's paths: they resolve below the node's own root
 (`node_root`, inside the cluster's folder), as a kind node's paths live in its container. A path
 that is missing fails the pod as the kubelet does; only `DirectoryOrCreate` and `FileOrCreate`
@@ -23,6 +32,8 @@ from kvant_dev.nodeagent.fieldrefs import Lookup, field_value, object_data
 Obj = dict[str, Any]
 TokenSource = Callable[[Obj, Obj], tuple[str, float]]  # (pod, projection) -> (token, expires_at)
 _REFRESHED = ("configMap", "secret", "downwardAPI", "projected")
+# A kubelet's default --sync-frequency: the agent's default projection delay (see above).
+KUBELET_SYNC_SECONDS = 60.0
 # hostPath type -> (the check the kubelet makes, what it expects); an empty type checks existence only.
 _HOST_PATH_TYPES: dict[str, tuple[Callable[[Path], bool], str]] = {
     "Directory": (Path.is_dir, "a directory"),
@@ -43,10 +54,13 @@ class PodVolumes:
     node_root: Path
     lookup: Lookup
     token_source: TokenSource
+    projection_delay: float  # seconds before a changed ConfigMap or Secret reaches the volume
+    clock: Callable[[], float] = time.monotonic
     host_paths: dict[str, Path] = field(default_factory=dict)
     read_only: dict[str, bool] = field(default_factory=dict)
     _written: dict[str, dict[str, bytes]] = field(default_factory=dict)
     _tokens: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
+    _objects: dict[tuple[str, str], _Projection] = field(default_factory=dict)  # by (kind, name)
 
     def setup(self) -> None:
         for volume in self.pod["spec"].get("volumes", []):
@@ -73,7 +87,7 @@ class PodVolumes:
             return self._claim_path(str(claim["claimName"]))
         if any(kind in volume for kind in _REFRESHED):
             self._write_files(name, self._files_for(volume))
-            return self.root / "files" / name
+            return file_volume_dir(self.root, name)
         raise VolumeNotReadyError(
             f"volume {name!r}: type {sorted(set(volume) - {'name'})} is not supported locally"
         )
@@ -132,11 +146,13 @@ class PodVolumes:
                 ref = source[key]
                 ref_name = ref.get(name_field) or ref.get("name")
                 obj = self.lookup(kind, namespace, ref_name)
-                if obj is None:
-                    if ref.get("optional"):
-                        return {}
+                shown = self._objects.get((kind, ref_name))
+                if obj is None and shown is not None:
+                    return _select_items(shown.data, ref.get("items"))  # deleted: the last content stays
+                if obj is None and not ref.get("optional"):
                     raise VolumeNotReadyError(f"{kind} {namespace}/{ref_name} not found")
-                return _select_items(_raw_data(obj), ref.get("items"))
+                data = _raw_data(obj) if obj is not None else {}
+                return _select_items(self._projected(kind, ref_name, data), ref.get("items"))
         if "downwardAPI" in source:
             return {
                 item["path"]: field_value(self.pod, item["fieldRef"]["fieldPath"]).encode()
@@ -147,6 +163,23 @@ class PodVolumes:
             projection = source["serviceAccountToken"]
             return {projection["path"]: self._token(projection).encode()}
         raise VolumeNotReadyError(f"volume source {sorted(source)} is not supported locally")
+
+    def _projected(self, kind: str, name: str, data: dict[str, bytes]) -> dict[str, bytes]:
+        """An object's data as the pod's volumes show it: the current data when first mounted, then a
+        change only once it has waited `projection_delay` (edits meanwhile join it: the sync that
+        comes due writes whatever is current then, so a stream of edits cannot hold one back)."""
+        now = self.clock()
+        shown = self._objects.get((kind, name))
+        if shown is None:
+            self._objects[(kind, name)] = _Projection(data)
+            return data
+        if data == shown.data:
+            shown.changed_at = None
+        elif shown.changed_at is None:
+            shown.changed_at = now
+        if shown.changed_at is not None and now - shown.changed_at >= self.projection_delay:
+            shown.data, shown.changed_at = data, None
+        return shown.data
 
     def _token(self, projection: Obj) -> str:
         cache_key = (projection.get("audience", ""), projection["path"])
@@ -160,7 +193,7 @@ class PodVolumes:
     def _write_files(self, name: str, files: dict[str, bytes]) -> None:
         if self._written.get(name) == files:
             return
-        target = self.root / "files" / name
+        target = file_volume_dir(self.root, name)
         target.mkdir(parents=True, exist_ok=True)
         stamp = f"..{time.time_ns()}"
         for rel, content in files.items():
@@ -179,6 +212,20 @@ class PodVolumes:
             if old.name != stamp:
                 shutil.rmtree(old, ignore_errors=True)
         self._written[name] = files
+
+
+def file_volume_dir(pod_dir: Path, volume: str) -> Path:
+    """Where a pod's ConfigMap, Secret, downward-API or projected volume lives, as its containers see it."""
+    return pod_dir / "files" / volume
+
+
+@dataclass
+class _Projection:
+    """One ConfigMap's or Secret's data as the pod's volumes show it, and since when it differs from
+    the object's (None while it does not)."""
+
+    data: dict[str, bytes]
+    changed_at: float | None = None
 
 
 def _raw_data(obj: Obj) -> dict[str, bytes]:

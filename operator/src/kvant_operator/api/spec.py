@@ -22,7 +22,7 @@ DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?
 # Engine flags Kvant derives from the spec; setting them in engineArgs would silently fight the spec.
 OWNED_ENGINE_FLAGS = (
     "kv-cache-dtype|tp|tp-size|tensor-parallel-size|mem-fraction-static|page-size|"
-    "max-running-requests|max-queued-requests|model-path|host|port|disaggregation-mode|"
+    "max-running-requests|max-queued-requests|model-path|host|port|disaggregation-mode|disaggregation-bootstrap-port|"
     "admin-api-key|api-key"
 )
 OWNED_FLAG_PATTERN = rf"^--({OWNED_ENGINE_FLAGS})(=.*)?$"

@@ -3,7 +3,8 @@
 Pods run as a fixed non-root user (65532, the distroless "nonroot" id the operator image uses too),
 with the runtime's default seccomp profile, no privilege escalation and no capabilities; `fsGroup`
 makes the artifact volume writable for that user where the volume type supports ownership. Pods
-that need no API access mount no ServiceAccount token (none of Kvant's Job or serving pods do).
+automount no ServiceAccount token: a container that calls the API gets its own projected token
+volume instead (the serving pods' gate, see gate_access), so no other container holds it.
 
 Images that assume a writable home (SGLang's JIT caches for Triton, FlashInfer and DeepGEMM;
 Hugging Face's cache) get one: HOME points into a per-pod `scratch` emptyDir, because the user has

@@ -7,15 +7,23 @@ where they are cached), leaves out a worker whose KV usage reaches `protection.t
 (so it steers away before a gate must refuse), and retries a refused request on another replica.
 Kvant writes none of that; it renders smg's command line, validated by smg's own parser in a test.
 
-Objects: a Deployment (its own ServiceAccount, the only Kvant pods with an API token), a PDB, and a
-Role allowing get, list and watch on pods in the model's namespace, bound to that account. The
+Objects: a Deployment, a PDB, and the router's API identity (`render.api_identity`): a ServiceAccount
+whose Role allows get, list and watch on pods in the model's namespace, its token mounted into the
+router container. The
 model's Service selects the router instead of the engines while the router is on.
+
+Several router replicas form an smg mesh (`--enable-mesh`): they gossip their cache-aware prefix
+trees, so a prefix one router placed is found by the others. Without it each replica keeps its own
+tree, and a prefix shared by clients behind different routers lands on as many engines as there are
+routers. The peers find each other through a headless Service (`<router>-mesh`, not-ready addresses
+published, so replicas starting together can join).
 """
 
 from __future__ import annotations
 
 from kvant_contracts.serving_pod import GATE_PORT, METRICS_PORT
 from kvant_operator.api.spec import DisaggregationMode, QuantizedModelSpec
+from kvant_operator.render.api_identity import api_access_mount, api_access_volume, api_identity
 from kvant_operator.render.meta import MODEL_LABEL, ROLE_LABEL, Obj, object_meta
 from kvant_operator.render.pod_security import restricted
 from kvant_operator.render.roles import (
@@ -29,7 +37,9 @@ from kvant_operator.render.roles import (
 from kvant_operator.settings import OperatorSettings
 
 ROUTER = "router"
+API_ACCESS = "api-access"
 METRICS_PORT_NAME = "metrics"
+MESH_PORT = 39527  # smg's default --mesh-port
 # Retries stay well inside a client's deadline: a refused request moves to another replica within
 # ~1 s, and the client sees 429 only when every replica refused.
 RETRIES = ["--retry-max-retries", "3", "--retry-initial-backoff-ms", "50", "--retry-max-backoff-ms", "500"]
@@ -64,7 +74,23 @@ def router_args(model: str, namespace: str, spec: QuantizedModelSpec) -> list[st
     args += ["--worker-overload-token-usage", str(spec.protection.target_token_usage)]
     args += RETRIES
     args += ["--prometheus-host", "0.0.0.0", "--prometheus-port", str(METRICS_PORT)]
+    if spec.serving.router.replicas > 1:  # peers: see router_command
+        args += ["--enable-mesh", "--mesh-server-name", "$(POD_NAME)", "--mesh-port", str(MESH_PORT)]
+        args += ["--mesh-host", "0.0.0.0", "--mesh-advertise-host", "$(POD_IP)"]
     return args
+
+
+def router_command(model: str, role: Role, args: list[str]) -> tuple[list[str], list[str]]:
+    """The container's command and args: smg itself, or with a mesh `kvant router`, which finds the
+    other replicas' addresses (smg's --mesh-peer-urls takes IP:port only) and execs smg."""
+    if role.replicas == 1:
+        return ["smg"], args
+    launcher = ["router", "--mesh-service", mesh_service_name(model), "--mesh-port", str(MESH_PORT)]
+    return ["kvant"], [*launcher, "--replicas", str(role.replicas), "--", *args]
+
+
+def mesh_service_name(model: str) -> str:
+    return f"{model}-{ROUTER}-mesh"
 
 
 def router_objects(body: Obj, spec: QuantizedModelSpec, settings: OperatorSettings) -> list[Obj]:
@@ -73,12 +99,12 @@ def router_objects(body: Obj, spec: QuantizedModelSpec, settings: OperatorSettin
         return []
     model, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
     name = workload_name(model, role)
+    pod_reader = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
     return [
-        _account(body, name),
-        _pod_reader(body, name),
-        _binding(body, name),
+        *api_identity(_meta(body, name), [pod_reader]),
         _deployment(body, settings, role, router_args(model, namespace, spec)),
         disruption_budget(body, role),
+        *([_mesh_service(body, role)] if role.replicas > 1 else []),
     ]
 
 
@@ -88,27 +114,19 @@ def _meta(body: Obj, name: str) -> Obj:
     return meta
 
 
-def _account(body: Obj, name: str) -> Obj:
-    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(body, name)}
-
-
-def _pod_reader(body: Obj, name: str) -> Obj:
-    rule = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+def _mesh_service(body: Obj, role: Role) -> Obj:
+    """Headless: its DNS name resolves to every router pod, ready or not, for smg's mesh peers."""
+    model = body["metadata"]["name"]
     return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": _meta(body, name),
-        "rules": [rule],
-    }
-
-
-def _binding(body: Obj, name: str) -> Obj:
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": _meta(body, name),
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": body["metadata"]["namespace"]}],
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(body, mesh_service_name(model)),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": role.selector(model),
+            "ports": [{"name": "mesh", "port": MESH_PORT, "targetPort": MESH_PORT}],
+        },
     }
 
 
@@ -116,10 +134,11 @@ def _deployment(body: Obj, settings: OperatorSettings, role: Role, args: list[st
     name = workload_name(body["metadata"]["name"], role)
     model = body["metadata"]["name"]
     probe = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5}
-    container = {
+    command, args = router_command(model, role, args)
+    container: Obj = {
         "name": ROUTER,
         "image": settings.runtime_image,
-        "command": ["smg"],
+        "command": command,
         "args": args,
         "ports": [
             {"name": "http", "containerPort": GATE_PORT},
@@ -128,9 +147,18 @@ def _deployment(body: Obj, settings: OperatorSettings, role: Role, args: list[st
         "readinessProbe": probe,
         "livenessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 6},
         "resources": {"requests": {"cpu": "200m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}},
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        ],
     }
-    pod = restricted({"containers": [container], "serviceAccountName": name})
-    pod["automountServiceAccountToken"] = True  # smg watches the engine pods through the API
+    if role.replicas > 1:
+        container["ports"].append({"name": "mesh", "containerPort": MESH_PORT})
+    # smg watches the engine pods through the API, with the token at the standard in-cluster path.
+    container["volumeMounts"] = [api_access_mount(API_ACCESS)]
+    pod = restricted(
+        {"containers": [container], "serviceAccountName": name, "volumes": [api_access_volume(API_ACCESS)]}
+    )
     meta = _meta(body, name)
     meta["labels"].update(role.labels(model))
     return role_deployment(meta, role, model, pod, {"prometheus.io/scrape": "true"})

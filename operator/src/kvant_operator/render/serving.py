@@ -1,8 +1,8 @@
 """The serving workload: per role a Deployment whose pods run the engine with the gate in front.
 
 Engine settings (image, KV dtype, TP, engine args, the plan) live in the pod template, so changing
-them rolls the pods. Limits live in their own ConfigMap, mounted as a file the gate reloads, so
-changing them touches no pod.
+them rolls the pods. Limits live in their own ConfigMap, which the gate watches through the API
+(render/gate_access.py; the mounted file is its fallback), so changing them touches no pod.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from kvant_contracts.launch_spec import LaunchSpec
 from kvant_contracts.serving_pod import (
+    BOOTSTRAP_PORT,
     ENGINE_HEALTH_PATH,
     ENGINE_HOST,
     ENGINE_PORT,
@@ -24,9 +25,10 @@ from kvant_operator.artifact_recipe import digest
 from kvant_operator.render.access_secrets import with_access
 from kvant_operator.render.engine_launcher import VOLUME as LAUNCHER_VOLUME
 from kvant_operator.render.engine_launcher import engine_command, init_containers
+from kvant_operator.render.gate_access import gate_identity, with_gate_api_access
 from kvant_operator.render.limits_configmap import LIMITS_FILE, limits_configmap, limits_name
 from kvant_operator.render.meta import Obj, object_meta
-from kvant_operator.render.network_policy import network_policy
+from kvant_operator.render.network_policy import network_policies
 from kvant_operator.render.pod_security import restricted
 from kvant_operator.render.roles import Role, disruption_budget, role_deployment, roles, workload_name
 from kvant_operator.render.router import router_objects, router_role
@@ -38,6 +40,9 @@ from kvant_operator.sources import Location
 METRICS_PORT_NAME = "metrics"  # the chart's PodMonitor scrapes this port by name
 LIMITS_DIR = "/etc/kvant/limits"
 CONFIG_HASH = "kvant.dev/engine-config-hash"
+# Where smg's service discovery reads a prefill pod's bootstrap port (its --bootstrap-port-annotation
+# default); the router injects the pod IP and this port into each request it sends to the pair.
+BOOTSTRAP_PORT_ANNOTATION = "sglang.ai/bootstrap-port"
 # Large models load for many minutes; the startup probe waits up to 60 min before liveness applies.
 _STARTUP_PERIOD_S, _STARTUP_FAILURES = 10, 360
 
@@ -61,11 +66,12 @@ class ServingInputs:
 def serving_objects(inputs: ServingInputs, effective_concurrency: int | None) -> list[Obj]:
     """Everything that serves a model, for the operator and `kvant render` alike: the live limits
     ConfigMap, then per role its Deployment, Service and PodDisruptionBudget."""
+    router = router_role(inputs.spec)
     objects = [
         limits_configmap(inputs.body, inputs.spec, effective_concurrency),
-        network_policy(inputs.body, inputs.settings),
+        *network_policies(inputs.body, inputs.settings, router),
+        *gate_identity(inputs.body),  # before the Deployments: their pods run as its account
     ]
-    router = router_role(inputs.spec)
     for role in roles(inputs.spec):
         objects.append(deployment(inputs, role))
         if router is None:  # with a router, smg finds the engine pods itself: they need no Service
@@ -82,7 +88,7 @@ def deployment(inputs: ServingInputs, role: Role) -> Obj:
     meta = object_meta(body, workload_name(model, role), "serving")
     meta["labels"].update(role.labels(model))
     pod: Obj = {
-        "containers": [_engine_container(inputs, role), _gate_container(inputs)],
+        "containers": [_engine_container(inputs, role), _gate_container(inputs, role)],
         "volumes": [
             {"name": "limits", "configMap": {"name": limits_name(model)}},
             {**inputs.model_dir.volume, "name": "model"},
@@ -92,12 +98,15 @@ def deployment(inputs: ServingInputs, role: Role) -> Obj:
     if inputs.spec.serving.engine is Engine.SGLANG:
         pod["initContainers"] = init_containers(inputs.settings.runtime_image, pod["containers"][0])
         pod["volumes"].append(LAUNCHER_VOLUME)
-    pod_spec = restricted(with_access(pod, inputs.spec.access, inputs.spec.serving.engine))
+    pod = with_gate_api_access(with_access(pod, inputs.spec.access, inputs.spec.serving.engine), body)
+    pod_spec = restricted(pod)
     engine = pod_spec["containers"][0]
     annotations = {
         CONFIG_HASH: digest({"engine": engine, "digest": inputs.digest}),
         "prometheus.io/scrape": "true",
     }
+    if role.disaggregation == "prefill":
+        annotations[BOOTSTRAP_PORT_ANNOTATION] = str(BOOTSTRAP_PORT)
     return role_deployment(meta, role, model, pod_spec, annotations)
 
 
@@ -140,7 +149,17 @@ def _simulator_args(inputs: ServingInputs, role: Role) -> list[str]:
         "--page-size", str(plan.page_size), "--kv-bytes-per-token", str(plan.kv_bytes_per_token_per_gpu),
         "--max-running-requests", str(_max_running_requests(inputs.plan)),
         "--seed", "0",
+        *_simulator_disaggregation(role),
     ]  # fmt: skip
+
+
+def _simulator_disaggregation(role: Role) -> list[str]:
+    if role.disaggregation is None:
+        return []
+    args = ["--disaggregation-mode", role.disaggregation]
+    if role.disaggregation == "prefill":
+        args += ["--disaggregation-bootstrap-port", str(BOOTSTRAP_PORT)]
+    return args
 
 
 def _max_running_requests(plan: PlanStatus) -> int:
@@ -173,8 +192,8 @@ def _launch_spec(inputs: ServingInputs, role: Role) -> LaunchSpec:
     )
 
 
-def _gate_container(inputs: ServingInputs) -> Obj:
-    return {
+def _gate_container(inputs: ServingInputs, role: Role) -> Obj:
+    container: Obj = {
         "name": "gate",
         "image": inputs.settings.runtime_image,
         "command": ["kvant"],
@@ -207,6 +226,12 @@ def _gate_container(inputs: ServingInputs) -> Obj:
         # maxQueuedBytes (256 MiB by default) bounds the bodies it buffers; the rest is small.
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}},
     }
+    if role.disaggregation == "prefill":
+        # SGLang binds the bootstrap server to its loopback host; decode pods reach it on the pod IP.
+        container["env"] = [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+        container["args"] += ["--relay", f"$(POD_IP):{BOOTSTRAP_PORT}"]
+        container["ports"].append({"name": "bootstrap", "containerPort": BOOTSTRAP_PORT})
+    return container
 
 
 def service(body: Obj, role: Role, name: str | None = None) -> Obj:

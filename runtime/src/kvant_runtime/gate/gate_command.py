@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import urllib.parse
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kvant_contracts.serving_pod import API_CREDENTIALS_DIR
+
+if TYPE_CHECKING:
+    from kvant_runtime.gate.limits_watch import LimitsConfigMap
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,6 +37,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--limits", type=Path, required=True, metavar="FILE", help="the limits file (YAML or JSON)"
+    )
+    parser.add_argument(
+        "--limits-configmap",
+        type=configmap_ref,
+        metavar="NAMESPACE/NAME",
+        help="also follow this ConfigMap's limits.yaml through the API server (in a pod: the "
+        f"ServiceAccount token and CA in {API_CREDENTIALS_DIR}); an edit then applies within a second "
+        "instead of on the kubelet's next sync of the file, which stays the fallback while the API "
+        "cannot be read",
     )
     parser.add_argument(
         "--metrics-listen",
@@ -63,6 +82,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="TOKENS",
         help="the plan's KV tokens per replica: the token budget until the engine reports its own",
     )
+    parser.add_argument(
+        "--relay",
+        type=host_port,
+        metavar="HOST:PORT",
+        help="relay TCP on HOST:PORT to the same port on the upstream's host: a prefill engine's "
+        "bootstrap port, which SGLang binds to its own (loopback) host; HOST is the pod IP",
+    )
     parser.add_argument("--debug", action="store_true", help="debug logging, with tracebacks")
     parser.set_defaults(run=run)
 
@@ -74,6 +100,13 @@ def host_port(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def configmap_ref(text: str) -> tuple[str, str]:
+    namespace, sep, name = text.partition("/")
+    if not sep or not _DNS_LABEL.fullmatch(namespace) or not _DNS_SUBDOMAIN.fullmatch(name):
+        raise argparse.ArgumentTypeError(f"expected NAMESPACE/NAME such as serving/tiny-limits, got {text!r}")
+    return namespace, name
+
+
 def upstream_url(text: str) -> str:
     parts = urllib.parse.urlsplit(text)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -83,11 +116,16 @@ def upstream_url(text: str) -> str:
     return text.rstrip("/")
 
 
+def upstream_host(upstream: str) -> str:
+    return urllib.parse.urlsplit(upstream).hostname or "127.0.0.1"
+
+
 def run(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415 - the registrar stays import-light
 
     from kvant_contracts.limits import LimitsError  # noqa: PLC0415
     from kvant_runtime.gate.gate_server import GateConfig, serve_until_signalled  # noqa: PLC0415
+    from kvant_runtime.gate.port_relay import RelayConfig  # noqa: PLC0415
 
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.INFO,
@@ -104,6 +142,10 @@ def run(args: argparse.Namespace) -> int:
         planned_kv_tokens=args.planned_kv_tokens
         if args.planned_kv_tokens and args.planned_kv_tokens > 0
         else None,
+        relay=None
+        if args.relay is None
+        else RelayConfig(args.relay, (upstream_host(args.upstream), args.relay[1])),
+        limits_configmap=_limits_configmap(args.limits_configmap),
     )
     try:
         asyncio.run(serve_until_signalled(config))
@@ -113,3 +155,17 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("kvant.gate").error("event=gate_not_started error=%s", err)
         return 2 if isinstance(err, LimitsError) else 1
     return 0
+
+
+def _limits_configmap(ref: tuple[str, str] | None) -> LimitsConfigMap | None:
+    """The ConfigMap to follow, or None (the file only) without one or without API access in the pod."""
+    if ref is None:
+        return None
+    from kvant_runtime.gate.limits_watch import ApiAccessError, ApiServer, LimitsConfigMap  # noqa: PLC0415
+
+    try:
+        api = ApiServer.in_cluster()
+    except ApiAccessError as err:
+        logging.getLogger("kvant.gate").error("event=limits_api_disabled following=file error=%s", err)
+        return None
+    return LimitsConfigMap(api, *ref)

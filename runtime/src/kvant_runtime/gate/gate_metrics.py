@@ -62,14 +62,23 @@ class GateMetrics:
             registry=r,
         )
         self.limits_reloads = Counter(
-            "kvant_gate_limits_reloads", "Limits file reloads, by result (ok|error).", ["result"], registry=r
+            "kvant_gate_limits_reloads",
+            "Limits reloads (from the file or the API), by result (ok|error).",
+            ["result"],
+            registry=r,
         )
         self.limits_valid = Gauge(
             "kvant_gate_limits_valid",
-            "1 when the current limits file is valid, 0 when the last good limits are in use.",
+            "1 when the latest limits document is valid, 0 when the last good limits are in use.",
             registry=r,
         )
         self.limits_valid.set(1)
+        self.limits_source = Gauge(
+            "kvant_gate_limits_source",
+            "1 for where the limits in force came from: api (the ConfigMap, watched) or file (the mount).",
+            ["source"],
+            registry=r,
+        )
         self.engine_metrics_stale = Gauge(
             "kvant_gate_engine_metrics_stale",
             "1 when the last scrape of the engine's /metrics failed (counted as saturated).",

@@ -22,14 +22,17 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from kvant_contracts.limits import Limits
+from kvant_contracts.limits import Limits, LimitsError, parse_limits_text
 from kvant_contracts.serving_pod import ENGINE_HEALTH_PATH, GATE_METRICS_PATH
 from kvant_runtime.gate.access import Access
 from kvant_runtime.gate.admission import Admission
 from kvant_runtime.gate.concurrency import ConcurrencyController
 from kvant_runtime.gate.forecast import OutputForecast
 from kvant_runtime.gate.gate_metrics import GateMetrics, bind_forecast
-from kvant_runtime.gate.loops import LimitsFile, LocalLoop, watch_limits
+from kvant_runtime.gate.limits_source import LimitsFile, LimitsSource
+from kvant_runtime.gate.limits_watch import ConfigMapWatch, LimitsConfigMap
+from kvant_runtime.gate.loops import LimitsFollower, LocalLoop, watch_limits
+from kvant_runtime.gate.port_relay import RelayConfig, running_relay
 from kvant_runtime.gate.proxy import Proxy
 
 log = logging.getLogger("kvant.gate")
@@ -59,6 +62,8 @@ class GateConfig:
     # admission is bounded from the first request, not open while the engine starts.
     planned_kv_tokens: int | None = None
     api_keys_file: Path | None = None  # unset: clients need no key
+    relay: RelayConfig | None = None  # prefill/decode: the bootstrap port, pod IP -> engine (port_relay)
+    limits_configmap: LimitsConfigMap | None = None  # unset: the limits file is the only source
 
 
 class Gate:
@@ -130,8 +135,14 @@ class EngineUnreachable(Exception):
 @contextlib.asynccontextmanager
 async def running_gate(config: GateConfig) -> AsyncIterator[tuple[Gate, list[tuple[str, int]]]]:
     """Starts a gate; yields it and the addresses it listens on (proxy first, then metrics)."""
-    limits_file = LimitsFile(config.limits_path)
-    gate = Gate(config, limits_file.load())
+    limits_file = LimitsFile(config.limits_path, config.interval)
+    first = limits_file.read()
+    if first.content is None:
+        raise LimitsError(first.problem)
+    gate = Gate(config, parse_limits_text(first.content, first.where))
+    sources: list[LimitsSource] = [limits_file]
+    if config.limits_configmap is not None:
+        sources.append(ConfigMapWatch(config.limits_configmap))
     connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_SECONDS)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0)
     # A proxy forwards bytes: no cookie jar shared between clients, no headers the client did not
@@ -159,6 +170,8 @@ async def running_gate(config: GateConfig) -> AsyncIterator[tuple[Gate, list[tup
             apps.append((metrics_app, config.metrics_listen))
         async with contextlib.AsyncExitStack() as stack:
             addresses = [await stack.enter_async_context(_serving(a, address)) for a, address in apps]
+            if config.relay is not None:
+                await stack.enter_async_context(running_relay(config.relay))
             loop = LocalLoop(
                 session,
                 config.upstream,
@@ -171,7 +184,7 @@ async def running_gate(config: GateConfig) -> AsyncIterator[tuple[Gate, list[tup
             tasks = [
                 asyncio.create_task(loop.run(), name="gate-local-loop"),
                 asyncio.create_task(
-                    watch_limits(limits_file, gate.apply_limits, gate.metrics, config.interval),
+                    watch_limits(sources, LimitsFollower(first.content, gate.apply_limits, gate.metrics)),
                     name="gate-limits-reload",
                 ),
             ]
@@ -190,10 +203,11 @@ async def run_gate(config: GateConfig) -> None:
     """Serves until cancelled (SIGTERM/SIGINT in `kvant gate`)."""
     async with running_gate(config) as (gate, addresses):
         log.info(
-            "event=gate_started listen=%s upstream=%s limits=%s metrics=%s",
+            "event=gate_started listen=%s upstream=%s limits=%s limits_configmap=%s metrics=%s",
             _address(addresses[0]),
             config.upstream,
             config.limits_path,
+            _configmap(config.limits_configmap),
             f"{_address(addresses[-1])}{METRICS_PATH if len(addresses) == 1 else '/metrics'}",
         )
         log.info("event=limits_loaded limits=%s", gate.admission.limits)
@@ -225,6 +239,10 @@ async def _serving(app: web.Application, address: tuple[str, int]) -> AsyncItera
     finally:
         await runner.cleanup()
         sock.close()
+
+
+def _configmap(target: LimitsConfigMap | None) -> str:
+    return "none" if target is None else f"{target.namespace}/{target.name}@{target.api.url}"
 
 
 def _address(address: tuple[str, int]) -> str:

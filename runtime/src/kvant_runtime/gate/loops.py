@@ -1,11 +1,11 @@
-"""The gate's two background loops, one tick every `interval` seconds (~1 s).
+"""The gate's two background loops.
 
-- Limits reload: re-read the limits file and apply it when its *content* changed. The
-  kubelet (and the dev node agent) swaps a `..data` symlink: the mounted path itself never
-  changes, and a rewrite within the same second can keep the target's mtime, so the bytes
-  are compared. A bad or missing file is logged once and the last good limits stay in force.
-- Local fast loop: read the engine's `/metrics`, learn its KV capacity, and move the
-  effective concurrency one AIMD step (see `concurrency`).
+- Limits: put in force what the limits sources offer (the mounted file, polled every `interval`,
+  and the limits ConfigMap through the API when the pod has access), as `LimitsArbiter` decides
+  between them. Every document goes through the one contract parser; a bad or unreadable one is
+  logged once and the last good limits stay in force.
+- Local fast loop, one tick every `interval` seconds (~1 s): read the engine's `/metrics`, learn its
+  KV capacity, and move the effective concurrency one AIMD step (see `concurrency`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Sequence
 
 import aiohttp
 
@@ -24,61 +23,75 @@ from kvant_runtime.gate.concurrency import Change, ConcurrencyController, Engine
 from kvant_runtime.gate.engine_metrics import EngineMetricsError, fetch_engine_sample, fetch_token_capacity
 from kvant_runtime.gate.forecast import OutputForecast
 from kvant_runtime.gate.gate_metrics import GateMetrics
+from kvant_runtime.gate.limits_source import ORIGINS, LimitsArbiter, LimitsSource, LimitsText, Origin
 
 log = logging.getLogger("kvant.gate")
+_SOURCE_RESTART_SECONDS = 1.0
 
 
-class LimitsFile:
-    """The mounted limits file, read whole each time and compared by content."""
+class LimitsFollower:
+    """Applies the limits the arbiter puts in force; reports each new problem once."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._content: bytes | None = None
+    def __init__(self, first_file: bytes, apply: Callable[[Limits], None], metrics: GateMetrics) -> None:
+        """`first_file`: the limits file's content the gate started with (and has in force)."""
+        self._arbiter = LimitsArbiter(first_file)
+        self._in_force = first_file
+        self._apply, self._metrics = apply, metrics
+        self._last_error = ""
+        self._mark_source("file")
 
-    def load(self) -> Limits:
-        """The first read; raises LimitsError (there are no last good limits yet)."""
-        content = self._read()
-        limits = parse_limits_text(content, str(self.path))
-        self._content = content
-        return limits
-
-    def changed(self) -> Limits | None:
-        """New limits if the content changed since the last read, else None; raises LimitsError."""
-        content = self._read()
-        if content == self._content:
-            return None
-        self._content = content  # remember bad content too, so its error is logged once
-        return parse_limits_text(content, str(self.path))
-
-    def _read(self) -> bytes:
+    def offer(self, text: LimitsText) -> None:
+        chosen = self._arbiter.offer(text)
+        if chosen is None:
+            return
+        if chosen.content is None:
+            self._reject(chosen.problem)
+            return
+        if chosen.content == self._in_force:  # confirmed by this source: the limits are current
+            self._mark_source(chosen.origin)
+            self._valid()
+            return
         try:
-            return self.path.read_bytes()
-        except OSError as err:
-            raise LimitsError(f"{self.path}: cannot read the limits file: {err.strerror or err}") from err
-
-
-async def watch_limits(
-    limits_file: LimitsFile, apply: Callable[[Limits], None], metrics: GateMetrics, interval: float
-) -> None:
-    """Forever: apply the limits file whenever its content changes; report each new problem once."""
-    last_error = ""
-    while True:
-        await asyncio.sleep(interval)
-        try:
-            limits = limits_file.changed()
+            limits = parse_limits_text(chosen.content, chosen.where)
         except LimitsError as err:
-            if str(err) != last_error:
-                log.error("event=limits_rejected keeping=last_good error=%s", err)
-                metrics.limits_reloads.labels("error").inc()
-                metrics.limits_valid.set(0)
-            last_error = str(err)
-            continue
-        if limits is not None:
-            apply(limits)
-            log.info("event=limits_reloaded file=%s limits=%s", limits_file.path, limits)
-            metrics.limits_reloads.labels("ok").inc()
-            metrics.limits_valid.set(1)
-            last_error = ""
+            self._reject(str(err))
+            return
+        self._apply(limits)
+        self._in_force = chosen.content
+        log.info("event=limits_reloaded source=%s from=%r limits=%s", chosen.origin, chosen.where, limits)
+        self._metrics.limits_reloads.labels("ok").inc()
+        self._mark_source(chosen.origin)
+        self._valid()
+
+    def _reject(self, error: str) -> None:
+        if error != self._last_error:
+            log.error("event=limits_rejected keeping=last_good error=%s", error)
+            self._metrics.limits_reloads.labels("error").inc()
+            self._metrics.limits_valid.set(0)
+        self._last_error = error
+
+    def _valid(self) -> None:
+        self._metrics.limits_valid.set(1)
+        self._last_error = ""
+
+    def _mark_source(self, origin: Origin) -> None:
+        for name in ORIGINS:
+            self._metrics.limits_source.labels(name).set(1 if name == origin else 0)
+
+
+async def watch_limits(sources: Sequence[LimitsSource], follower: LimitsFollower) -> None:
+    """Forever: every source offers what it reads to `follower`."""
+    await asyncio.gather(*(_keep_following(source, follower) for source in sources))
+
+
+async def _keep_following(source: LimitsSource, follower: LimitsFollower) -> None:
+    while True:
+        try:
+            await source.follow(follower.offer)
+        except Exception:
+            # A bug here must not stop the limits from following for the pod's lifetime: say so, go on.
+            log.exception("event=limits_source_error source=%s", type(source).__name__)
+        await asyncio.sleep(_SOURCE_RESTART_SECONDS)
 
 
 class LocalLoop:

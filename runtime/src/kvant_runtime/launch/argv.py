@@ -24,6 +24,7 @@ import json
 from pathlib import Path
 
 from kvant_contracts.launch_spec import LaunchSpec, SpecError
+from kvant_contracts.serving_pod import BOOTSTRAP_PORT
 from kvant_contracts.weight_formats import weight_format
 
 # Per-layer KV-cache scales for SGLang's --quantization-param-path, as `kvant calibrate` writes them.
@@ -88,6 +89,8 @@ def kvant_argv(spec: LaunchSpec, quant_method: str | None) -> list[str]:
     if spec.disaggregationRole is not None:
         argv += ["--disaggregation-mode", spec.disaggregationRole]
         argv += ["--disaggregation-transfer-backend", spec.transferBackend]
+    if spec.disaggregationRole == "prefill":
+        argv += ["--disaggregation-bootstrap-port", str(BOOTSTRAP_PORT)]
     return [*argv, "--enable-metrics", "--host", spec.host, "--port", str(spec.port)]
 
 
@@ -105,6 +108,7 @@ FLAG_OWNERS = {
     "page_size": "pageSize",
     "disaggregation_mode": "disaggregationRole",
     "disaggregation_transfer_backend": "transferBackend",
+    "disaggregation_bootstrap_port": "disaggregationRole (the gate relays the prefill's bootstrap port)",
     "enable_metrics": "(always on)",
     "host": "host",
     "port": "port",
