@@ -1,86 +1,176 @@
-"""Two replicas behind the router: smg (the real one, from the runtime image) discovers both engine
-pods through the API with its pod-reading Role, the model's Service reaches it, and every request
-lands on a gate. smg's retry of a gate's 429 on another replica is not shown here: bursts on two
-one-at-a-time gates produced no refusal to retry (see the README's router section)."""
+"""Two replicas behind the router, through the model's Service: smg (the real one, from the runtime
+image) discovers both engine pods with its pod-reading Role and
+- spreads 200 requests over both gates;
+- keeps requests that share a long prefix mostly on one replica (cache_aware);
+- when one gate is full, serves the client from the other one instead of answering 429;
+- when a serving pod is deleted under load, fails no request that was not already in flight on it.
+"""
 
 from __future__ import annotations
 
 import json
+import secrets
 import threading
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 
 import pytest
+from kubernetes import client
 from tests.kube_wait import wait_for
 
 from e2e.qm import apply, metric_value, metrics_url, service_url, serving_pods, wait_ready
+from kvant_contracts.serving_pod import GATE_PORT
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 MODEL = "routed"
+CONCURRENCY = 4  # each gate's maxConcurrency, and the client threads of the load phases
+HOLD_TOKENS = 1500  # a request that holds a gate slot for ~15 s on the simulator
 
 
-def ask(url: str, new_tokens: int) -> int:
+def ask(url: str, text: str = "hello", new_tokens: int = 2, timeout: float = 60) -> int:
     # smg routes several models (IGW mode, which its service discovery uses), so /generate names one.
-    body = json.dumps(
-        {"model": MODEL, "text": "hello", "sampling_params": {"max_new_tokens": new_tokens}}
-    ).encode()
+    body = json.dumps({"model": MODEL, "text": text, "sampling_params": {"max_new_tokens": new_tokens}})
     request = urllib.request.Request(
-        f"{url}/generate", data=body, headers={"Content-Type": "application/json"}
+        f"{url}/generate", data=body.encode(), headers={"Content-Type": "application/json"}
     )
     try:
-        with urllib.request.urlopen(request, timeout=60) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            response.read()
             return int(response.status)
     except urllib.error.HTTPError as error:
         return int(error.code)
+    except OSError:
+        return 0  # no answer at all (connection reset or refused)
 
 
-def at_once(url: str, count: int, new_tokens: int) -> list[int]:
-    codes: list[int] = []
+def in_threads(count: int, work: Callable[[int], int], threads: int = CONCURRENCY) -> list[int]:
+    """`work(i)` for i < count over `threads` client threads; returns the status codes in order."""
+    codes = [-1] * count
+    next_index = iter(range(count))
     lock = threading.Lock()
 
-    def one() -> None:
-        code = ask(url, new_tokens)
-        with lock:
-            codes.append(code)
+    def worker() -> None:
+        while True:
+            with lock:
+                i = next(next_index, None)
+            if i is None:
+                return
+            codes[i] = work(i)
 
-    threads = [threading.Thread(target=one) for _ in range(count)]
-    for thread in threads:
+    pool = [threading.Thread(target=worker) for _ in range(threads)]
+    for thread in pool:
         thread.start()
-    for thread in threads:
-        thread.join(timeout=90)
-    return sorted(codes)
+    for thread in pool:
+        thread.join(timeout=300)
+    return codes
 
 
-def admitted(cluster, namespace: str, name: str) -> float:
-    """Requests the model's gates admitted, over all its engine pods."""
-    total = 0.0
-    for pod in serving_pods(cluster, namespace, name):
+def gate_counts(pods: list[client.V1Pod], name: str) -> dict[str, float]:
+    counts = {}
+    for pod in pods:
         with urllib.request.urlopen(f"{metrics_url(pod)}/metrics", timeout=5) as response:
-            total += metric_value(response.read().decode(), "kvant_gate_admitted_total") or 0.0
-    return total
+            text = response.read().decode()
+        series = [line for line in text.splitlines() if line.split("{")[0].split(" ")[0] == name]
+        counts[pod.metadata.name] = sum(float(line.rsplit(" ", 1)[1]) for line in series)
+    return counts
 
 
-def test_the_router_discovers_the_engine_pods_and_serves_the_models_service(
-    cluster, operator, namespace, tiny_model
-):
-    model = tiny_model(
-        MODEL,
-        kvCache={"dtype": "bf16"},
-        serving={"engine": "simulator", "replicas": 2, "gpu": {"memoryGiB": 2}, "memFractionStatic": 0.9},
-        protection={"mode": "off"},
-    )
-    apply(cluster, namespace, model)
-    wait_ready(cluster, namespace, MODEL, timeout=240)  # Ready includes the router's rollout
-    url = service_url(cluster, namespace, MODEL)
-    # smg registers the engine pods as its discovery finds them (it reads pods with the router's Role).
-    wait_for(lambda: workers(url) == 2 or None, 90, "smg to register both engine pods")
-    before = admitted(cluster, namespace, MODEL)
-    assert at_once(url, 4, 50) == [200] * 4
-    after = admitted(cluster, namespace, MODEL)
-    assert after - before == 4, "every request through the model's Service reached a gate through smg"
+def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {pod: after[pod] - before.get(pod, 0.0) for pod in after}
 
 
 def workers(url: str) -> int:
     """How many engine pods smg has registered (its /workers listing)."""
     with urllib.request.urlopen(f"{url}/workers", timeout=5) as response:
         return len(json.load(response).get("workers", []))
+
+
+def test_the_router_spreads_keeps_prefixes_steps_around_a_full_gate_and_a_deleted_pod(
+    cluster, operator, namespace, tiny_model
+):
+    model = tiny_model(
+        MODEL,
+        kvCache={"dtype": "bf16"},
+        serving={"engine": "simulator", "replicas": 2, "gpu": {"memoryGiB": 2}, "memFractionStatic": 0.9},
+        # Fixed limits (no AIMD moving them) and no queue: a full gate refuses at once.
+        limits={"maxConcurrency": CONCURRENCY, "maxQueued": 0, "queueTimeoutSeconds": 1},
+        protection={"mode": "enforce", "concurrency": {"min": CONCURRENCY}},
+    )
+    apply(cluster, namespace, model)
+    wait_ready(cluster, namespace, MODEL, timeout=240)  # Ready includes the router's rollout
+    url = service_url(cluster, namespace, MODEL)
+    wait_for(lambda: workers(url) == 2 or None, 90, "smg to register both engine pods")
+    pods = serving_pods(cluster, namespace, MODEL)
+    assert len(pods) == 2
+
+    # 1. Spread: unrelated prompts go to both replicas. (cache_aware sends a prompt that shares most of
+    # its characters with an earlier one to the same replica, so "request 1", "request 2"... would not
+    # spread: the prompts here share no prefix.)
+    before = gate_counts(pods, "kvant_gate_admitted_total")
+    codes = in_threads(200, lambda _: ask(url, secrets.token_hex(24)))
+    assert codes == [200] * 200
+    spread = delta(gate_counts(pods, "kvant_gate_admitted_total"), before)
+    assert sum(spread.values()) == 200, spread
+    assert min(spread.values()) >= 20, f"both replicas serve a share: {spread}"
+
+    # 2. cache_aware: prompts sharing a long prefix stay where the prefix is cached, whichever router
+    # replica the Service picks: the routers' mesh carries the first placement to the other one
+    # (gossip rounds are ~1 s, so the test lets it arrive before the rest, as a system prompt reused
+    # over minutes would).
+    prefix = "You are a careful assistant. " * 40
+    before = gate_counts(pods, "kvant_gate_admitted_total")
+    assert ask(url, f"{prefix} first question") == 200
+    time.sleep(3)
+    codes = [ask(url, f"{prefix} question {i}") for i in range(20)]
+    assert codes == [200] * 20
+    shared = delta(gate_counts(pods, "kvant_gate_admitted_total"), before)
+    assert max(shared.values()) >= 18, f"a shared prefix stays mostly on one replica: {shared}"
+
+    # 3. One gate full (its slots held by long requests sent straight to it): clients still get 200.
+    full, other = pods
+    held_url = f"http://{full.status.pod_ip}:{GATE_PORT}"
+    holders = [
+        threading.Thread(target=ask, args=(held_url, f"hold {i}", HOLD_TOKENS, 120))
+        for i in range(CONCURRENCY)
+    ]
+    for thread in holders:
+        thread.start()
+    wait_for(lambda: _in_flight(full) == CONCURRENCY or None, 30, "the held gate to be full")
+    refused_before = gate_counts([full], "kvant_gate_rejected_total")
+    codes = [ask(url, f"while one is full {i}") for i in range(20)]
+    assert codes == [200] * 20, "a full replica is stepped around, not passed on to the client as 429"
+    refused = delta(gate_counts([full], "kvant_gate_rejected_total"), refused_before)[full.metadata.name]
+    print(f"the full gate refused {refused:.0f} of the router's requests; smg served them elsewhere")
+    for thread in holders:
+        thread.join(timeout=120)
+
+    # 4. A serving pod deleted under load: only what was in flight on it may fail.
+    failures: list[int] = []
+    stop = threading.Event()
+
+    def load(_: int) -> int:
+        while not stop.is_set():
+            code = ask(url, f"under load {time.monotonic()}")
+            if code != 200:
+                failures.append(code)
+        return 0
+
+    loaders = [threading.Thread(target=load, args=(i,)) for i in range(CONCURRENCY)]
+    for thread in loaders:
+        thread.start()
+    time.sleep(2)
+    cluster.kubectl("delete", "pod", "-n", namespace, other.metadata.name, "--wait=false")
+    time.sleep(10)
+    stop.set()
+    for thread in loaders:
+        thread.join(timeout=90)
+    # At most the requests in flight on the deleted pod when it went: one per client thread.
+    assert len(failures) <= CONCURRENCY, f"failed while a pod was deleted: {failures}"
+    print(f"{len(failures)} request(s) failed while a serving pod was deleted")
+
+
+def _in_flight(pod: client.V1Pod) -> int:
+    with urllib.request.urlopen(f"{metrics_url(pod)}/metrics", timeout=5) as response:
+        return int(metric_value(response.read().decode(), "kvant_gate_in_flight_requests") or 0)

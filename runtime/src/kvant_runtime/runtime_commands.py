@@ -13,6 +13,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "kvant_runtime.calibrate.calibrate_command",
     "kvant_runtime.evaluate.eval_command",
     "kvant_runtime.fetch.fetch_command",
+    "kvant_runtime.router_command",
 )
 
 

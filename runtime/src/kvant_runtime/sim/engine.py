@@ -73,6 +73,9 @@ class Request:
     retractions: int = 0
     aborted: bool = False
     natural_new_tokens: int | None = None  # where the model would emit EOS; None: never before the limit
+    # Prefill/decode: a decode engine's request whose prompt KV came from its prefill by transfer, so
+    # its first admission computes nothing (after a retraction it re-prefills like any other).
+    kv_transferred: bool = False
 
     @property
     def stopped(self) -> bool:
@@ -147,6 +150,7 @@ class Engine:
         prompt_key: str,
         *,
         ignore_eos: bool = False,
+        kv_transferred: bool = False,
     ) -> Request:
         """Queue a request; `prompt_key` seeds its output (and its natural length) so equal requests
         get equal text. Like SGLang, admission plans for `max_new_tokens`: it cannot know where EOS is."""
@@ -154,7 +158,15 @@ class Engine:
         rng = random.Random(f"{self.config.seed}/{prompt_key}/{max_new_tokens}")
         lengths = self.config.output_lengths
         natural = None if ignore_eos or lengths is None else lengths.draw(rng)
-        request = Request(rid, max(prompt_tokens, 1), max_new_tokens, now, rng, natural_new_tokens=natural)
+        request = Request(
+            rid,
+            max(prompt_tokens, 1),
+            max_new_tokens,
+            now,
+            rng,
+            natural_new_tokens=natural,
+            kv_transferred=kv_transferred,
+        )
         self.waiting.append(request)
         return request
 
@@ -214,10 +226,11 @@ class Engine:
         return admitted
 
     def _prefill(self, admitted: list[Request], now: float) -> StepResult:
-        prefill_tokens = sum(r.kv_tokens for r in admitted)
+        prefill_tokens = sum(r.kv_tokens for r in admitted if not r.kv_transferred)
         duration = self.config.cost.prefill_seconds(prefill_tokens)
         result = StepResult("prefill", now + duration, duration, prefill_tokens=prefill_tokens)
         for request in admitted:
+            request.kv_transferred = False
             self._emit(request, result)
         return result
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kvant_runtime.sim.engine import Engine, Request
@@ -22,6 +23,7 @@ class Stream:
     request: Request
     is_streaming: bool
     tokens: asyncio.Queue[int | None] = field(default_factory=asyncio.Queue)
+    on_finish: Callable[[Request], None] | None = None  # a prefill's handoff to its decode
 
 
 class RealTimeEngine:
@@ -40,14 +42,22 @@ class RealTimeEngine:
         is_streaming: bool,
         *,
         ignore_eos: bool = False,
+        kv_transferred: bool = False,
+        on_finish: Callable[[Request], None] | None = None,
     ) -> Stream:
         """Queue a request; raises RequestRejected when it could never run."""
         now = asyncio.get_running_loop().time()
         rid = f"sim-{next(self._ids)}"
         request = self.engine.submit(
-            rid, prompt_tokens, max_new_tokens, now, prompt_key, ignore_eos=ignore_eos
+            rid,
+            prompt_tokens,
+            max_new_tokens,
+            now,
+            prompt_key,
+            ignore_eos=ignore_eos,
+            kv_transferred=kv_transferred,
         )
-        stream = Stream(request, is_streaming)
+        stream = Stream(request, is_streaming, on_finish=on_finish)
         self._streams[request] = stream
         self.metrics.observe_state(self.engine)
         self._work.set()
@@ -77,5 +87,7 @@ class RealTimeEngine:
                 stream = self._streams.pop(request, None)
                 if stream is not None:
                     self.metrics.observe_finished(request, stream.is_streaming)
+                    if stream.on_finish is not None:
+                        stream.on_finish(request)
                     stream.tokens.put_nowait(None)
             self.metrics.observe_step(self.engine, step)

@@ -42,6 +42,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--disaggregation-mode",
+        choices=["null", "prefill", "decode"],
+        default="null",
+        help="prefill/decode role, as SGLang's flag; requests then carry the router's bootstrap fields "
+        "(see kvant_runtime.sim.pd_handoff, a stand-in for SGLang's KV transfer)",
+    )
+    parser.add_argument(
+        "--disaggregation-bootstrap-port",
+        type=int,
+        default=8998,
+        help="a prefill's bootstrap server port, on --host (SGLang's default: 8998)",
+    )
+    parser.add_argument(
         "--output-lengths",
         metavar="SPEC",
         help="natural answer lengths before max_new_tokens: lognormal:MEDIAN,SIGMA or file:PATH "
@@ -109,7 +122,11 @@ def run(args: argparse.Namespace) -> int:
         cost=cost,
         output_lengths=lengths,
     )
-    server = SimServer(Engine(config), ServerInfo(args.model_name, dtype, page_size))
+    bootstrap = (
+        (args.host, args.disaggregation_bootstrap_port) if args.disaggregation_mode == "prefill" else None
+    )
+    info = ServerInfo(args.model_name, dtype, page_size, args.disaggregation_mode, bootstrap)
+    server = SimServer(Engine(config), info)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("kvant.sim").info(
         "event=sim.start host=%s port=%d model=%s kv_tokens=%d max_running_requests=%d kv_bytes_per_token=%d",

@@ -7,6 +7,8 @@
   reports as `prompt_tokens`) a single token. Such requests are answered whole, not streamed.
 - `POST /v1/completions`, `POST /v1/chat/completions`: OpenAI-compatible, with
   SSE streaming; a final usage chunk when `stream_options.include_usage` is set.
+- Prefill/decode (`disaggregation_mode`): requests carry the router's bootstrap fields; see
+  `kvant_runtime.sim.pd_handoff`, the stand-in for SGLang's KV transfer.
 - `GET /health`, `GET /health_generate` (runs a one-token request),
   `GET /get_model_info`, `GET /get_server_info` (with `max_total_num_tokens`),
   `GET /v1/models`, `GET /metrics`.
@@ -25,14 +27,25 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from kvant_runtime.request_cost import output_limit, prompt_tokens, samples
+from kvant_runtime.sim.answers import (
+    ChoiceFormat,
+    chat_choice,
+    close_sse,
+    completion_choice,
+    finish_reason,
+    meta_info,
+    open_sse,
+    send_sse,
+    usage,
+)
 from kvant_runtime.sim.engine import Engine, RequestRejected
+from kvant_runtime.sim.pd_handoff import Bootstrap, HandoffBoard, HandoffError, fetch_handoff
 from kvant_runtime.sim.realtime import RealTimeEngine, Stream
 from kvant_runtime.sim.sim_metrics import EngineMetrics
 from kvant_runtime.sim.text import detokenize
 from kvant_runtime.tokens import DEFAULT_MAX_NEW_TOKENS
 
 SGLANG_API_VERSION = "0.5.23"
-EOS_TOKEN_ID = 2  # what `matched` reports when a simulated answer ends at EOS
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -44,6 +57,8 @@ class ServerInfo:
     model_name: str
     kv_cache_dtype: str = "auto"
     page_size: int = 1
+    disaggregation_mode: str = "null"  # SGLang's --disaggregation-mode: null, prefill or decode
+    bootstrap: tuple[str, int] | None = None  # a prefill's bootstrap server (host, port)
 
 
 def error_response(status: int, message: str) -> web.Response:
@@ -58,6 +73,8 @@ async def bad_requests_as_json(request: web.Request, handler: Handler) -> web.St
         return await handler(request)
     except (ValueError, RequestRejected) as error:
         return error_response(400, str(error))
+    except HandoffError as error:  # the router retries a 502 on another pair
+        return error_response(502, str(error))
 
 
 class SimServer:
@@ -66,6 +83,8 @@ class SimServer:
         self.registry = CollectorRegistry()
         self.runner = RealTimeEngine(engine, EngineMetrics(info.model_name, self.registry))
         self._loop_task: asyncio.Task[None] | None = None
+        self.handoffs = HandoffBoard()
+        self._bootstrap_runner: web.AppRunner | None = None
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[bad_requests_as_json])
@@ -86,16 +105,23 @@ class SimServer:
 
     async def _start_engine(self, _app: web.Application) -> None:
         self._loop_task = asyncio.create_task(self.runner.run())
+        if self.info.disaggregation_mode == "prefill" and self.info.bootstrap is not None:
+            # SGLang binds its bootstrap server to the engine's own host, as here.
+            self._bootstrap_runner = web.AppRunner(self.handoffs.app(), access_log=None)
+            await self._bootstrap_runner.setup()
+            await web.TCPSite(self._bootstrap_runner, *self.info.bootstrap).start()
 
     async def _stop_engine(self, _app: web.Application) -> None:
         if self._loop_task is not None:
             self._loop_task.cancel()
+        if self._bootstrap_runner is not None:
+            await self._bootstrap_runner.cleanup()
 
     # --- generation endpoints -------------------------------------------
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         body = await read_json(request)
-        streams = self._submit(body, key=body.get("input_ids") or body.get("text"))
+        streams = await self._submit(body, key=body.get("input_ids") or body.get("text"))
         if len(streams) > 1:  # a batch, or parallel samples: SGLang answers with a list
             results = [
                 {"text": detokenize(ids), "output_ids": ids, "meta_info": meta_info(stream)}
@@ -118,17 +144,17 @@ class SimServer:
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await read_json(request)
-        streams = self._submit(body, key=body.get("prompt"))
+        streams = await self._submit(body, key=body.get("prompt"))
         return await self._openai(request, body, streams, "text_completion", completion_choice)
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         body = await read_json(request)
         if not isinstance(body.get("messages"), list) or not body["messages"]:
             raise ValueError("'messages' must be a non-empty list of {role, content} objects")
-        streams = self._submit(body, key=body["messages"])
+        streams = await self._submit(body, key=body["messages"])
         return await self._openai(request, body, streams, "chat.completion", chat_choice)
 
-    def _submit(self, body: dict[str, Any], key: object) -> list[Stream]:
+    async def _submit(self, body: dict[str, Any], key: object) -> list[Stream]:
         """One sequence per prompt of a batch and per parallel sample (`n`), costed by the same rules
         as the gate's (`kvant_runtime.request_cost`). Parallel samples of one prompt share its KV
         (SGLang's radix cache holds the prefix once), so only the first sample holds the prompt."""
@@ -143,6 +169,12 @@ class SimServer:
             raise ValueError(
                 "the simulator streams one sequence per request; send batches and n > 1 unstreamed"
             )
+        if self.info.disaggregation_mode != "null":
+            if len(prompts) * parallel != 1:
+                raise ValueError("the simulator disaggregates one prompt per request (no batches, n = 1)")
+            seed = json.dumps(key, sort_keys=True)
+            sampled = (limit, streaming, ignore_eos)
+            return [await self._submit_disaggregated(body, seed, prompts[0], sampled)]
         streams = []
         for i, tokens in enumerate(prompts):
             for j in range(parallel):
@@ -150,6 +182,31 @@ class SimServer:
                 held = tokens if j == 0 else 1
                 streams.append(self.runner.submit(held, limit, seed, streaming, ignore_eos=ignore_eos))
         return streams
+
+    async def _submit_disaggregated(
+        self, body: dict[str, Any], seed: str, prompt: int, sampled: tuple[int, bool, bool]
+    ) -> Stream:
+        """A prefill runs the prompt (one token, as SGLang's does) and hands it to the room; a decode
+        takes the room's prompt KV from its prefill and generates."""
+        mode, (limit, streaming, ignore_eos) = self.info.disaggregation_mode, sampled
+        bootstrap = Bootstrap.from_body(body)
+        if bootstrap is None:
+            raise ValueError(
+                f"a {mode} server serves requests that carry bootstrap_host, bootstrap_port and "
+                "bootstrap_room: send them through the router"
+            )
+        if mode == "prefill":
+            room, handoffs = bootstrap.room, self.handoffs
+            return self.runner.submit(
+                prompt,
+                1,
+                seed,
+                streaming,
+                ignore_eos=True,
+                on_finish=lambda request: handoffs.publish(room, request.prompt_tokens),
+            )
+        held = await fetch_handoff(bootstrap)
+        return self.runner.submit(held, limit, seed, streaming, ignore_eos=ignore_eos, kv_transferred=True)
 
     async def _collect_all(self, streams: list[Stream]) -> list[list[int]]:
         return list(await asyncio.gather(*(collect(self.runner, s) for s in streams)))
@@ -203,7 +260,7 @@ class SimServer:
                 "is_generation": True,
                 "preferred_sampling_params": None,
                 "weight_version": "default",
-                "disaggregation_mode": "null",
+                "disaggregation_mode": self.info.disaggregation_mode,
             }
         )
 
@@ -241,46 +298,6 @@ class SimServer:
         )
 
 
-ChoiceFormat = Callable[[list[int], bool, str | None], dict[str, Any]]
-
-
-def completion_choice(ids: list[int], _streaming: bool, finish_reason: str | None) -> dict[str, Any]:
-    return {"index": 0, "text": detokenize(ids), "logprobs": None, "finish_reason": finish_reason}
-
-
-def chat_choice(ids: list[int], streaming: bool, finish_reason: str | None) -> dict[str, Any]:
-    message = {"role": "assistant", "content": detokenize(ids)}
-    return {"index": 0, "delta" if streaming else "message": message, "finish_reason": finish_reason}
-
-
-def meta_info(stream: Stream) -> dict[str, Any]:
-    request = stream.request
-    meta: dict[str, Any] = {
-        "id": request.rid,
-        "prompt_tokens": request.prompt_tokens,
-        "completion_tokens": len(request.output_ids),
-        "cached_tokens": 0,
-        "finish_reason": None,
-    }
-    if request.finish_time is not None:
-        if request.stopped:
-            meta["finish_reason"] = {"type": "stop", "matched": EOS_TOKEN_ID}
-        else:
-            meta["finish_reason"] = {"type": "length", "length": len(request.output_ids)}
-        meta["e2e_latency"] = request.finish_time - request.arrival
-    return meta
-
-
-def finish_reason(stream: Stream) -> str:
-    """OpenAI's finish_reason: `stop` at EOS, `length` at max_tokens."""
-    return "stop" if stream.request.stopped else "length"
-
-
-def usage(stream: Stream) -> dict[str, int]:
-    prompt, completion = stream.request.prompt_tokens, len(stream.request.output_ids)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-
-
 async def read_json(request: web.Request) -> dict[str, Any]:
     try:
         body = await request.json()
@@ -302,19 +319,3 @@ async def tokens_of(runner: RealTimeEngine, stream: Stream) -> AsyncIterator[int
 
 async def collect(runner: RealTimeEngine, stream: Stream) -> list[int]:
     return [token async for token in tokens_of(runner, stream)]
-
-
-async def open_sse(request: web.Request) -> web.StreamResponse:
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    await response.prepare(request)
-    return response
-
-
-async def send_sse(response: web.StreamResponse, data: dict[str, Any]) -> None:
-    await response.write(f"data: {json.dumps(data)}\n\n".encode())
-
-
-async def close_sse(response: web.StreamResponse) -> web.StreamResponse:
-    await response.write(b"data: [DONE]\n\n")
-    await response.write_eof()
-    return response
