@@ -37,9 +37,11 @@ from kvant_runtime.tinymodel import make_tiny_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 NS = "bench"
+MAX_MODELS = 250  # one ClusterIP Service per model; 253 addresses, less the cluster's own Services
 
 
-NODE_CHECKPOINT = "/models/tiny"  # a node path: it lives in the cluster's folder
+# A node path (it lives in the cluster's folder) under the folders the operator allows for file://.
+NODE_CHECKPOINT = "/var/lib/kvant/models/tiny"
 
 
 def manifest(name: str) -> dict[str, Any]:
@@ -87,6 +89,11 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=60)
     parser.add_argument("--patches", type=int, default=20)
     args = parser.parse_args()
+    if args.models > MAX_MODELS:
+        parser.error(
+            f"--models {args.models}: the local cluster's Service range (a /24) holds {MAX_MODELS} "
+            "model Services; more would never all be Ready"
+        )
     work = Path(tempfile.mkdtemp(prefix="kvant-bench-operator-"))
     cluster = LocalCluster(work / "cluster")
     checkpoint = cluster.node_path(NODE_CHECKPOINT)

@@ -13,7 +13,7 @@ import copy
 import itertools
 from typing import Any
 
-from kvant_operator.render.meta import APPLIED_HASH
+from kvant_operator.kube_door import ensure_applied
 
 Obj = dict[str, Any]
 Key = tuple[str, str, str, str]
@@ -44,15 +44,11 @@ class MemoryKube:
         ]
 
     def ensure(self, obj: Obj) -> bool:
+        return ensure_applied(self, obj)
+
+    def apply(self, obj: Obj) -> Obj:
         key = _key(obj)
         live = self.objects.get(key)
-        wanted = (obj["metadata"].get("annotations") or {}).get(APPLIED_HASH)
-        if (
-            live is not None
-            and wanted
-            and (live["metadata"].get("annotations") or {}).get(APPLIED_HASH) == wanted
-        ):
-            return False
         stored = copy.deepcopy(obj)
         if live is not None:  # an apply replaces the spec; the status belongs to the cluster
             stored["metadata"]["generation"] = live["metadata"].get("generation", 1) + 1
@@ -62,7 +58,7 @@ class MemoryKube:
             stored["metadata"]["generation"] = 1
         self.objects[key] = stored
         self.applied.append(key)
-        return True
+        return copy.deepcopy(stored)
 
     def create(self, obj: Obj) -> Obj | None:
         key = _key(obj)

@@ -2,6 +2,8 @@
 
 A watch event only wakes the model's daemon, so reconciles of one model never overlap, and nothing is
 written when nothing changed. kopf keeps no progress annotations here (daemons need none).
+kopf also indexes the objects Kvant applies and the models' pods (kube_cache.py), so a settled model's
+reconcile reads them from memory: an idle operator sends no requests beyond its watches.
 """
 
 from __future__ import annotations
@@ -17,6 +19,15 @@ from kubernetes.client.exceptions import ApiException
 from kvant_operator import operator_metrics
 from kvant_operator.api.resource import GROUP, PLURAL, VERSION
 from kvant_operator.kube import Kube, api_client
+from kvant_operator.kube_cache import (
+    PODS,
+    PODS_SELECTOR,
+    SERVING_KINDS,
+    SERVING_SELECTOR,
+    CachedKube,
+    pod_entry,
+    serving_entry,
+)
 from kvant_operator.protection.loop import ProtectionResult, Protector
 from kvant_operator.protection.schedule import ModelProtection
 from kvant_operator.reconcile import Outcome, Reconciler
@@ -26,11 +37,32 @@ log = logging.getLogger("kvant.operator")
 _phases: dict[tuple[str, str], str] = {}
 
 
+async def _index_serving(body: kopf.Body, **_: Any) -> dict[tuple[str, str], Any] | None:
+    return serving_entry(body)
+
+
+async def _index_pod(body: kopf.Body, **_: Any) -> dict[tuple[str, str], Any] | None:
+    return pod_entry(body)
+
+
+for _kind in SERVING_KINDS:
+    kopf.index(group=_kind.group, version=_kind.version, plural=_kind.plural, id=_kind.index_id)(
+        _index_serving
+    )
+kopf.index(group=PODS.group, version=PODS.version, plural=PODS.plural, id=PODS.index_id)(_index_pod)
+
+
 @kopf.on.startup()
-async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
     settings.posting.level = logging.WARNING  # our own Events say what happened; kopf's would repeat it
     settings.watching.server_timeout = 300
-    kube = Kube(api_client())
+    # The indexed watches select on the server: a cluster's other ConfigMaps and pods never arrive.
+    for kind in SERVING_KINDS:
+        settings.watching.label_selectors[kind.group, kind.version, kind.plural] = SERVING_SELECTOR
+    settings.watching.label_selectors[PODS.group, PODS.version, PODS.plural] = PODS_SELECTOR
+    # kopf hands each index to every handler as a keyword named by its id.
+    indexes = {kind: kwargs[kind.index_id] for kind in (*SERVING_KINDS, PODS)}
+    kube = CachedKube(Kube(api_client()), indexes)
     memo["reconciler"] = Reconciler(kube, OperatorSettings.from_env())
     memo["protector"] = Protector(kube)
 
@@ -140,7 +172,8 @@ def _name(body: kopf.Body) -> str:
 
 def _publish_phase_counts() -> None:
     counts: dict[str, int] = {}
-    for phase in _phases.values():
+    # A copy: reconciles of other models, in other threads, add to _phases meanwhile.
+    for phase in list(_phases.values()):
         counts[phase] = counts.get(phase, 0) + 1
     operator_metrics.MODELS.clear()
     for phase, count in counts.items():

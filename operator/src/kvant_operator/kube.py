@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kvant_operator import operator_metrics
 from kvant_operator.api.resource import GROUP, PLURAL, VERSION
-from kvant_operator.render.meta import APPLIED_HASH
+from kvant_operator.kube_door import ensure_applied
 
 Obj = dict[str, Any]
 FIELD_MANAGER = "kvant"
@@ -73,24 +73,23 @@ class Kube:
 
     def ensure(self, obj: Obj) -> bool:
         """Server-side applies `obj` unless the live object already carries its applied hash."""
+        return ensure_applied(self, obj)
+
+    def apply(self, obj: Obj) -> Obj:
         meta = obj["metadata"]
-        live = self.get(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
-        wanted = meta.get("annotations", {}).get(APPLIED_HASH)
-        if (
-            live is not None
-            and wanted
-            and (live["metadata"].get("annotations") or {}).get(APPLIED_HASH) == wanted
-        ):
-            return False
-        self._resource(obj["apiVersion"], obj["kind"]).server_side_apply(
-            body=obj,
-            name=meta["name"],
-            namespace=meta["namespace"],
-            field_manager=FIELD_MANAGER,
-            force_conflicts=True,
+        stored: Obj = (
+            self._resource(obj["apiVersion"], obj["kind"])
+            .server_side_apply(
+                body=obj,
+                name=meta["name"],
+                namespace=meta["namespace"],
+                field_manager=FIELD_MANAGER,
+                force_conflicts=True,
+            )
+            .to_dict()
         )
         log.info("applied %s %s/%s", obj["kind"], meta["namespace"], meta["name"])
-        return True
+        return stored
 
     def create(self, obj: Obj) -> Obj | None:
         """Creates `obj` and returns it as stored; None when it already exists (names are

@@ -1,13 +1,16 @@
 """The operator's door to the cluster, as a protocol: what reconcile steps and protection may ask for.
 
-`kube.Kube` is the real door (the kubernetes client). Tests of reconcile steps use a small in-memory
-door of the same shape, so a step can be exercised without an API server and without faking the
-kubernetes client itself.
+`kube.Kube` is the real door (the kubernetes client); `kube_cache.CachedKube` wraps it and answers a
+settled model's reads from watch-backed indexes. Tests of reconcile steps use a small in-memory door of
+the same shape, so a step can be exercised without an API server and without faking the kubernetes
+client itself.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
+
+from kvant_operator.render.meta import APPLIED_HASH
 
 Obj = dict[str, Any]
 
@@ -32,3 +35,27 @@ class KubeDoor(Protocol):
     def patch_status(self, namespace: str, name: str, status: Obj) -> None: ...
 
     def event(self, body: Obj, kind: str, reason: str, message: str) -> None: ...
+
+
+class ApplyingDoor(KubeDoor, Protocol):
+    """A door that can server-side apply, which `ensure_applied` builds `ensure` on."""
+
+    def apply(self, obj: Obj) -> Obj:
+        """Server-side applies `obj` and returns the object as stored."""
+        ...
+
+
+def ensure_applied(door: ApplyingDoor, obj: Obj) -> bool:
+    """Applies `obj` unless the live object, as `door.get` sees it, already carries its applied hash.
+    The one place that decides to skip an apply, whether `get` asks the API server or a cache."""
+    meta = obj["metadata"]
+    wanted = (meta.get("annotations") or {}).get(APPLIED_HASH)
+    live = door.get(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+    if (
+        live is not None
+        and wanted
+        and (live["metadata"].get("annotations") or {}).get(APPLIED_HASH) == wanted
+    ):
+        return False
+    door.apply(obj)
+    return True
