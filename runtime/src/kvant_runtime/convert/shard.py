@@ -36,8 +36,8 @@ from kvant_runtime.convert.recipe import Recipe
 from kvant_runtime.convert.safetensors_io import ShardReader, ShardWriter, TensorInfo, planned
 from kvant_runtime.convert.source import DENSE_DTYPES, SourceCheckpoint
 
-# Raw arrays on their way to the writer, by output tensor name; bytearrays are copied tensors.
-Results = list[tuple[str, npt.NDArray[np.generic] | bytearray]]
+# Raw arrays on their way to the writer, by output tensor name; memoryviews are copied tensors' bytes.
+Results = list[tuple[str, npt.NDArray[np.generic] | memoryview]]
 
 
 class Action(Enum):
@@ -209,7 +209,7 @@ def convert_shard(
                 jobs, lambda job: _run_job(job, readers, recipe.group_size), threads
             ):
                 for name, data in results:
-                    if isinstance(data, bytearray):
+                    if isinstance(data, memoryview):
                         writer.write_raw(name, data)
                     else:
                         writer.write(name, data)
