@@ -37,7 +37,7 @@ from kvant_runtime.tinymodel import make_tiny_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 NS = "bench"
-MAX_MODELS = 250  # one ClusterIP Service per model; 253 addresses, less the cluster's own Services
+MAX_MODELS = 1000  # one ClusterIP Service per model; the range (a /22) holds 1,021 besides `kubernetes`
 
 
 # A node path (it lives in the cluster's folder) under the folders the operator allows for file://.
@@ -85,13 +85,13 @@ def peak_rss_mib(pid: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--models", type=int, default=200)
+    parser.add_argument("--models", type=int, default=MAX_MODELS)
     parser.add_argument("--idle-seconds", type=float, default=60)
     parser.add_argument("--patches", type=int, default=20)
     args = parser.parse_args()
     if args.models > MAX_MODELS:
         parser.error(
-            f"--models {args.models}: the local cluster's Service range (a /24) holds {MAX_MODELS} "
+            f"--models {args.models}: the local cluster's Service range (a /22) holds {MAX_MODELS} "
             "model Services; more would never all be Ready"
         )
     work = Path(tempfile.mkdtemp(prefix="kvant-bench-operator-"))

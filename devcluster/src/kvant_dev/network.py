@@ -5,7 +5,8 @@ nothing the cluster sends can ever be meant for a real network:
 
     slot S (1..62, one per running cluster on this machine)
       pods       198.18.S.0/24   on the bridge `kvant0` inside the node namespace; gateway .1
-      Services   198.19.S.0/24   ClusterIPs, made real by kube-proxy inside the node namespace
+      Services   198.19.4S.0/22  ClusterIPs (1,022: a model has a Service per role, and the operator
+                               bench runs 1,000 models), made real by kube-proxy in the node namespace
       host link  198.19.255.4S/30  host side .4S+1 (the apiserver listens here), node side .4S+2
 
 The node namespace is held by a `sleep` process (like a pause container); when it dies the kernel
@@ -64,7 +65,7 @@ class Addresses:
 
     @property
     def service_cidr(self) -> str:
-        return f"198.19.{self.slot}.0/24"
+        return f"198.19.{4 * self.slot}.0/22"  # slot 62 ends at 198.19.251.255, below the links
 
     @property
     def gateway(self) -> str:
@@ -73,7 +74,7 @@ class Addresses:
     @property
     def kubernetes_service_ip(self) -> str:
         """The first address of the Service range: the apiserver's own `kubernetes` Service."""
-        return f"198.19.{self.slot}.1"
+        return f"198.19.{4 * self.slot}.1"
 
     @property
     def host_ip(self) -> str:
