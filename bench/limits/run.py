@@ -32,6 +32,10 @@ from typing import Any
 
 from kubernetes import client
 
+# Run by path, the bench has its own folder on sys.path, not the repository root.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.cluster_models import NODE_CHECKPOINT, simulator_model
+
 from kvant_contracts.limits import LIMITS_FILE
 from kvant_contracts.serving_pod import METRICS_PORT
 from kvant_dev.cluster import LocalCluster
@@ -43,29 +47,14 @@ from kvant_runtime.tinymodel import make_tiny_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 NS, MODEL = "bench-limits", "tiny"
-NODE_CHECKPOINT = "/var/lib/kvant/models/tiny-llama"  # under the operator's default file:// prefix
 POLL_SECONDS = 0.02
 
 
 def manifest(replicas: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "kvant.dev/v1alpha1",
-        "kind": "QuantizedModel",
-        "metadata": {"name": MODEL, "namespace": NS},
-        "spec": {
-            "source": {"uri": f"file://{NODE_CHECKPOINT}"},
-            "weights": {"format": "bf16"},
-            "kvCache": {"dtype": "bf16"},
-            "serving": {
-                "engine": "simulator",
-                "replicas": replicas,
-                "router": {"enabled": False},
-                "gpu": {"memoryGiB": 2},
-                "memFractionStatic": 0.9,
-            },
-            "limits": {"maxConcurrency": 8},
-        },
-    }
+    # Router off: each replica is a plain gate + engine pod, and each gate is timed.
+    return simulator_model(
+        MODEL, NS, replicas, serving={"router": {"enabled": False}}, limits={"maxConcurrency": 8}
+    )
 
 
 def gate_metric(pod_ip: str, name: str, labels: str) -> float | None:

@@ -25,6 +25,10 @@ from typing import Any
 
 from kubernetes import client
 
+# Run by path, the bench has its own folder on sys.path, not the repository root.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.cluster_models import NODE_CHECKPOINT, simulator_model
+
 from kvant_dev.cluster import LocalCluster
 from kvant_dev.netutil import free_port, http_ok, wait_until
 from kvant_dev.process import ManagedProcess
@@ -40,27 +44,8 @@ NS = "bench"
 MAX_MODELS = 1000  # one ClusterIP Service per model; the range (a /22) holds 1,021 besides `kubernetes`
 
 
-# A node path (it lives in the cluster's folder) under the folders the operator allows for file://.
-NODE_CHECKPOINT = "/var/lib/kvant/models/tiny"
-
-
 def manifest(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "kvant.dev/v1alpha1",
-        "kind": "QuantizedModel",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "source": {"uri": f"file://{NODE_CHECKPOINT}"},
-            "weights": {"format": "bf16"},
-            "kvCache": {"dtype": "bf16"},
-            "serving": {
-                "engine": "simulator",
-                "replicas": 0,
-                "gpu": {"memoryGiB": 2},
-                "memFractionStatic": 0.9,
-            },
-        },
-    }
+    return simulator_model(name, NS, replicas=0)  # serving objects rendered, no pods
 
 
 def planned_status(body: dict[str, Any], checkpoint: Path) -> dict[str, Any]:
