@@ -3,7 +3,8 @@ image) discovers both engine pods with its pod-reading Role and
 - spreads 200 requests over both gates;
 - keeps requests that share a long prefix mostly on one replica (cache_aware);
 - when one gate is full, serves the client from the other one instead of answering 429;
-- when a serving pod is deleted under load, fails no request that was not already in flight on it.
+- when a serving pod is deleted under load, fails no request that was not already in flight on it;
+- is deleted with its other objects when the model goes back to one replica.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 from kubernetes import client
 from tests.kube_wait import wait_for
 
-from e2e.qm import apply, metric_value, metrics_url, service_url, serving_pods, wait_ready
+from e2e.qm import apply, metric_value, metrics_url, patch_spec, service_url, serving_pods, wait_ready
 from kvant_contracts.serving_pod import GATE_PORT
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
@@ -169,6 +170,20 @@ def test_the_router_spreads_keeps_prefixes_steps_around_a_full_gate_and_a_delete
     # At most the requests in flight on the deleted pod when it went: one per client thread.
     assert len(failures) <= CONCURRENCY, f"failed while a pod was deleted: {failures}"
     print(f"{len(failures)} request(s) failed while a serving pod was deleted")
+
+    # 5. Back to one replica, the router is off: its objects go, and the Service serves the engine.
+    patch_spec(cluster, namespace, MODEL, {"serving": {"replicas": 1}})
+    apps = client.AppsV1Api(cluster.api_client())
+    wait_for(
+        lambda: (
+            not [d for d in apps.list_namespaced_deployment(namespace).items if "router" in d.metadata.name]
+            or None
+        ),
+        90,
+        "the router's Deployment to be deleted",
+    )
+    wait_ready(cluster, namespace, MODEL, timeout=120)
+    wait_for(lambda: ask(service_url(cluster, namespace, MODEL)) == 200 or None, 60, "the engine's Service")
 
 
 def _in_flight(pod: client.V1Pod) -> int:

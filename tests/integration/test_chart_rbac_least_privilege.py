@@ -36,6 +36,19 @@ OPERATOR_CAN = [  # (verb, resource): every call in kvant_operator/kube.py and k
     ("patch", "rolebindings.rbac.authorization.k8s.io"),
     ("get", "pods/log"),
     ("create", "events"),
+    # the serving step deletes what a spec change stops rendering (never ConfigMaps)
+    *(
+        ("delete", resource)
+        for resource in (
+            "deployments.apps",
+            "services",
+            "poddisruptionbudgets.policy",
+            "serviceaccounts",
+            "roles.rbac.authorization.k8s.io",
+            "rolebindings.rbac.authorization.k8s.io",
+            "networkpolicies.networking.k8s.io",
+        )
+    ),
     # kopf indexes (kube_cache.py) list and watch every kind the serving step applies
     *(
         (verb, resource)
@@ -176,3 +189,11 @@ def test_clusterwide_account_patches_only_its_own_peering(clusterwide: Account):
     assert clusterwide.can("patch", "clusterkopfpeerings.kopf.dev", name="rbac-cw-kvant")
     assert not clusterwide.can("patch", "clusterkopfpeerings.kopf.dev", name="someone-else")
     assert clusterwide.can("create", "jobs.batch", EXCLUDED)  # all namespaces is what cluster-wide means
+
+
+@pytest.mark.parametrize("account", ["namespaced", "clusterwide"])
+def test_deletes_nothing_but_serving_objects(request: pytest.FixtureRequest, account: str):
+    sa: Account = request.getfixturevalue(account)
+    # Records (ConfigMaps) outlive models, Jobs are kept as evidence, and models are the users'.
+    for resource in ("configmaps", "jobs.batch", "pods", "persistentvolumeclaims", "quantizedmodels.kvant.dev"):
+        assert not sa.can("delete", resource, WATCHED), resource

@@ -25,6 +25,7 @@ class MemoryKube:
         self.logs: dict[tuple[str, str, str], str] = {}
         self.applied: list[Key] = []
         self.created: list[Key] = []
+        self.deleted: list[Key] = []
         self.statuses: list[Obj] = []
         self.events: list[tuple[str, str, str]] = []
         self._uids = itertools.count(1)
@@ -52,13 +53,20 @@ class MemoryKube:
         stored = copy.deepcopy(obj)
         if live is not None:  # an apply replaces the spec; the status belongs to the cluster
             stored["metadata"]["generation"] = live["metadata"].get("generation", 1) + 1
+            stored["metadata"]["uid"] = live["metadata"].get("uid")
             if "status" in live:
                 stored["status"] = live["status"]
         else:
-            stored["metadata"]["generation"] = 1
+            stored["metadata"].update(generation=1, uid=f"uid-{next(self._uids)}")
         self.objects[key] = stored
         self.applied.append(key)
         return copy.deepcopy(stored)
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, uid: str) -> None:
+        key = (api_version, kind, namespace, name)
+        if key in self.objects and self.objects[key]["metadata"].get("uid", "") == uid:
+            del self.objects[key]
+            self.deleted.append(key)
 
     def create(self, obj: Obj) -> Obj | None:
         key = _key(obj)

@@ -72,3 +72,45 @@ def test_while_a_new_generation_converts_the_model_is_not_ready_but_still_servin
     assert (condition(p, "Ready").status, condition(p, "Ready").reason) == ("False", "Converting")
     serving = condition(p, "Serving")
     assert (serving.status, serving.reason) == ("True", "PreviousGeneration")
+
+
+def test_a_spec_change_deletes_what_it_no_longer_renders_and_only_the_models_own() -> None:
+    kube = MemoryKube()
+    routed = {**body()["spec"]["serving"], "replicas": 2}
+    serve(_serving_pass(serving=routed), kube, SETTINGS)
+    router = ("apps/v1", "Deployment", NAMESPACE, "tiny-router")
+    mesh = ("v1", "Service", NAMESPACE, "tiny-router-mesh")
+    assert router in kube.objects and mesh in kube.objects
+    # Someone else's object with the same labels, owned by another model: never Kvant's to delete.
+    stranger = kube.objects[mesh] | {"metadata": {**kube.objects[mesh]["metadata"], "name": "not-ours"}}
+    stranger["metadata"]["ownerReferences"] = [{"uid": "another-model"}]
+    kube.objects[("v1", "Service", NAMESPACE, "not-ours")] = stranger
+
+    settled = _observed_pass(routed, observed_generation=3)
+    serve(settled, kube, SETTINGS)
+    assert kube.deleted == []  # a settled model (its generation observed) lists and deletes nothing
+
+    one = _observed_pass({**routed, "replicas": 1}, observed_generation=2)
+    serve(one, kube, SETTINGS)
+    gone = {(kind, name) for _, kind, _, name in kube.deleted}
+    assert gone == {
+        ("Deployment", "tiny-router"),
+        ("Service", "tiny-router-mesh"),
+        ("PodDisruptionBudget", "tiny-router"),
+        ("NetworkPolicy", "tiny-router"),
+        ("ServiceAccount", "tiny-router"),
+        ("Role", "tiny-router"),
+        ("RoleBinding", "tiny-router"),
+    }
+    assert ("v1", "Service", NAMESPACE, "not-ours") in kube.objects
+    assert ("apps/v1", "Deployment", NAMESPACE, "tiny") in kube.objects  # the engines stay
+    assert ("v1", "Service", NAMESPACE, "tiny") in kube.objects  # now the engines' own Service
+
+
+def _observed_pass(serving: dict[str, Any], observed_generation: int) -> Pass:
+    """A pass of the model at generation 3 whose status has observed `observed_generation`."""
+    model = body(serving=serving)
+    model["status"] = {"observedGeneration": observed_generation}
+    p = new_pass(model, planned=True)
+    p.artifact = ARTIFACT
+    return p

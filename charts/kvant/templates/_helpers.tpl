@@ -84,27 +84,28 @@ credentialsSecret by name, and the kubelet, not the operator, reads it.
   resources: [configmaps]
   verbs: [get, list, watch, create, patch]
 # Serving objects, by server-side apply (which needs create for the first apply); listed and watched
-# by Kvant's label into kopf indexes, so a settled model's reads cost no request.
+# by Kvant's label into kopf indexes, so a settled model's reads cost no request; deleted when a spec
+# change stops rendering one (a router turned off), each by its uid (reconcile/serving_step.prune).
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [get, list, watch, create, patch]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [""]
   resources: [services]
-  verbs: [get, list, watch, create, patch]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
-  verbs: [get, list, watch, create, patch]
+  verbs: [get, list, watch, create, patch, delete]
 # The router role (smg) and each model's gate: their own ServiceAccounts, and Roles bound to them (the
 # router's reads the model's pods, the gate's its limits ConfigMap).
 - apiGroups: [""]
   resources: [serviceaccounts]
-  verbs: [get, list, watch, create, patch]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
-  verbs: [get, list, watch, create, patch]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
-  verbs: [get, list, watch, create, patch]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]

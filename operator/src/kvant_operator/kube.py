@@ -124,6 +124,17 @@ class Kube:
             content_type="application/merge-patch+json",
         )
 
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, uid: str) -> None:
+        try:
+            self._resource(api_version, kind).delete(
+                name=name, namespace=namespace, body={"preconditions": {"uid": uid}}
+            )
+        except ApiException as err:
+            if err.status in (404, 409):  # gone already, or a successor of the same name
+                return
+            raise
+        log.info("deleted %s %s/%s", kind, namespace, name)
+
     def pod_log(self, namespace: str, pod: str, container: str, tail_lines: int | None = None) -> str:
         try:
             # Raw bytes: the client would otherwise "deserialize" a JSON log line into a Python repr.

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvant_operator.kube_door import ApplyingDoor, Obj, ensure_applied
+from kvant_operator.render import serving
 from kvant_operator.render.meta import APPLIED_HASH, MANAGED_BY, MODEL_LABEL
 
 WRITE_SETTLE_S = 30.0  # after this, a write the watch never showed (a missed event) stops bypassing it
@@ -60,16 +61,7 @@ class CachedKind:
 
 # Every kind the serving step applies (render/serving.py), watched by Kvant's managed-by label and
 # indexed by (namespace, name).
-SERVING_KINDS = (
-    CachedKind("v1", "ConfigMap", "configmaps"),
-    CachedKind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
-    CachedKind("v1", "ServiceAccount", "serviceaccounts"),
-    CachedKind("rbac.authorization.k8s.io/v1", "Role", "roles"),
-    CachedKind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
-    CachedKind("apps/v1", "Deployment", "deployments"),
-    CachedKind("v1", "Service", "services"),
-    CachedKind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
-)
+SERVING_KINDS = tuple(CachedKind(*kind) for kind in serving.SERVING_KINDS)
 SERVING_SELECTOR = f"app.kubernetes.io/managed-by={MANAGED_BY}"
 # Pods of every model (engines, routers, Jobs), watched by the model label and indexed by
 # (namespace, model): a pod list that selects one model is answered from its entry.
@@ -189,6 +181,9 @@ class CachedKube:
 
     def add_owner(self, api_version: str, kind: str, live: Obj, owner: Obj) -> None:
         self.kube.add_owner(api_version, kind, live, owner)
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, uid: str) -> None:
+        self.kube.delete(api_version, kind, namespace, name, uid)
 
     def pod_log(self, namespace: str, pod: str, container: str, tail_lines: int | None = None) -> str:
         return self.kube.pod_log(namespace, pod, container, tail_lines)

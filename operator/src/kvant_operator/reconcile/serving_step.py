@@ -13,10 +13,10 @@ from kvant_operator.artifact_recipe import artifact_key, artifact_location, need
 from kvant_operator.kube_door import KubeDoor
 from kvant_operator.reconcile.engine_check import read_engine_check
 from kvant_operator.reconcile.state import Obj, Pass
-from kvant_operator.render.meta import with_applied_hash
+from kvant_operator.render.meta import COMPONENT_LABEL, MODEL_LABEL, with_applied_hash
 from kvant_operator.render.roles import roles, workload_name
 from kvant_operator.render.router import router_role
-from kvant_operator.render.serving import ServingInputs, serving_objects
+from kvant_operator.render.serving import SERVING_KINDS, ServingInputs, serving_objects
 from kvant_operator.settings import OperatorSettings
 
 
@@ -28,10 +28,38 @@ def serve(p: Pass, kube: KubeDoor, settings: OperatorSettings) -> tuple[Phase, b
         objects = [o for o in objects if o["kind"] == "ConfigMap"] if p.protection is not None else []
     for obj in objects:
         kube.ensure(with_applied_hash(obj))
+    if p.resync and spec_changed(p.body):
+        prune(p.body, kube, objects)
     phase, busy = rollout_status(p, kube)
     if read_engine_check(p, kube, settings, rolling=busy):
         return Phase.DEGRADED, True
     return phase, busy
+
+
+def spec_changed(body: Obj) -> bool:
+    """A generation the status has not observed yet: the one time the set of objects may change."""
+    observed = (body.get("status") or {}).get("observedGeneration")
+    return bool(observed != body["metadata"].get("generation"))
+
+
+def prune(body: Obj, kube: KubeDoor, desired: list[Obj]) -> None:
+    """Deletes the model's serving objects that the spec no longer renders: a router turned off, a
+    mesh Service at one router replica, a role gone with prefill/decode. Only on a spec change (a
+    settled model lists nothing), only objects with the model's serving labels, and only those this
+    model owns, each by its uid."""
+    keep = {(o["apiVersion"], o["kind"], o["metadata"]["name"]) for o in desired}
+    namespace, model = body["metadata"]["namespace"], body["metadata"]["name"]
+    selector = f"{MODEL_LABEL}={model},{COMPONENT_LABEL}=serving"
+    for api_version, kind, _ in SERVING_KINDS:
+        if kind == "ConfigMap":  # the limits ConfigMap is always rendered; records are never deleted
+            continue
+        for live in kube.list(api_version, kind, namespace, selector):
+            meta = live["metadata"]
+            owned = any(
+                o.get("uid") == body["metadata"].get("uid") for o in meta.get("ownerReferences") or []
+            )
+            if owned and (api_version, kind, meta["name"]) not in keep:
+                kube.delete(api_version, kind, namespace, meta["name"], meta["uid"])
 
 
 def desired_objects(p: Pass, settings: OperatorSettings) -> list[Obj]:

@@ -43,6 +43,18 @@ CONFIG_HASH = "kvant.dev/engine-config-hash"
 # Where smg's service discovery reads a prefill pod's bootstrap port (its --bootstrap-port-annotation
 # default); the router injects the pod IP and this port into each request it sends to the pair.
 BOOTSTRAP_PORT_ANNOTATION = "sglang.ai/bootstrap-port"
+# Every kind serving_objects renders, as (apiVersion, kind, plural): the operator watches them
+# (kube_cache) and deletes what a spec change leaves behind (reconcile.serving_step.prune).
+SERVING_KINDS = (
+    ("v1", "ConfigMap", "configmaps"),
+    ("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
+    ("v1", "ServiceAccount", "serviceaccounts"),
+    ("rbac.authorization.k8s.io/v1", "Role", "roles"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
+    ("apps/v1", "Deployment", "deployments"),
+    ("v1", "Service", "services"),
+    ("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
+)
 # Large models load for many minutes; the startup probe waits up to 60 min before liveness applies.
 _STARTUP_PERIOD_S, _STARTUP_FAILURES = 10, 360
 
