@@ -195,5 +195,11 @@ def test_clusterwide_account_patches_only_its_own_peering(clusterwide: Account):
 def test_deletes_nothing_but_serving_objects(request: pytest.FixtureRequest, account: str):
     sa: Account = request.getfixturevalue(account)
     # Records (ConfigMaps) outlive models, Jobs are kept as evidence, and models are the users'.
-    for resource in ("configmaps", "jobs.batch", "pods", "persistentvolumeclaims", "quantizedmodels.kvant.dev"):
+    for resource in (
+        "configmaps",
+        "jobs.batch",
+        "pods",
+        "persistentvolumeclaims",
+        "quantizedmodels.kvant.dev",
+    ):
         assert not sa.can("delete", resource, WATCHED), resource
