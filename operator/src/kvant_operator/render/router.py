@@ -52,6 +52,11 @@ def router_enabled(spec: QuantizedModelSpec) -> bool:
     return serving.replicas > 1 or serving.disaggregation.mode is DisaggregationMode.PREFILL_DECODE
 
 
+def meshed(replicas: int) -> bool:
+    """Several router replicas share their prefix trees through smg's mesh; one has nobody to tell."""
+    return replicas > 1
+
+
 def router_role(spec: QuantizedModelSpec) -> Role | None:
     if not router_enabled(spec):
         return None
@@ -74,7 +79,7 @@ def router_args(model: str, namespace: str, spec: QuantizedModelSpec) -> list[st
     args += ["--worker-overload-token-usage", str(spec.protection.target_token_usage)]
     args += RETRIES
     args += ["--prometheus-host", "0.0.0.0", "--prometheus-port", str(METRICS_PORT)]
-    if spec.serving.router.replicas > 1:  # peers: see router_command
+    if meshed(spec.serving.router.replicas):  # the peers: see router_command
         args += ["--enable-mesh", "--mesh-server-name", "$(POD_NAME)", "--mesh-port", str(MESH_PORT)]
         args += ["--mesh-host", "0.0.0.0", "--mesh-advertise-host", "$(POD_IP)"]
     return args
@@ -83,7 +88,7 @@ def router_args(model: str, namespace: str, spec: QuantizedModelSpec) -> list[st
 def router_command(model: str, role: Role, args: list[str]) -> tuple[list[str], list[str]]:
     """The container's command and args: smg itself, or with a mesh `kvant router`, which finds the
     other replicas' addresses (smg's --mesh-peer-urls takes IP:port only) and execs smg."""
-    if role.replicas == 1:
+    if not meshed(role.replicas):
         return ["smg"], args
     launcher = ["router", "--mesh-service", mesh_service_name(model), "--mesh-port", str(MESH_PORT)]
     return ["kvant"], [*launcher, "--replicas", str(role.replicas), "--", *args]
@@ -104,7 +109,7 @@ def router_objects(body: Obj, spec: QuantizedModelSpec, settings: OperatorSettin
         *api_identity(_meta(body, name), [pod_reader]),
         _deployment(body, settings, role, router_args(model, namespace, spec)),
         disruption_budget(body, role),
-        *([_mesh_service(body, role)] if role.replicas > 1 else []),
+        *([_mesh_service(body, role)] if meshed(role.replicas) else []),
     ]
 
 
@@ -152,7 +157,7 @@ def _deployment(body: Obj, settings: OperatorSettings, role: Role, args: list[st
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         ],
     }
-    if role.replicas > 1:
+    if meshed(role.replicas):
         container["ports"].append({"name": "mesh", "containerPort": MESH_PORT})
     # smg watches the engine pods through the API, with the token at the standard in-cluster path.
     container["volumeMounts"] = [api_access_mount(API_ACCESS)]
