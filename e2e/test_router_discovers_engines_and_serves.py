@@ -20,6 +20,7 @@ from collections.abc import Callable
 import pytest
 from kubernetes import client
 from tests.kube_wait import wait_for
+from tests.prom_text import metric_sum
 
 from e2e.qm import apply, metric_value, metrics_url, patch_spec, service_url, serving_pods, wait_ready
 from kvant_contracts.serving_pod import GATE_PORT
@@ -73,8 +74,7 @@ def gate_counts(pods: list[client.V1Pod], name: str) -> dict[str, float]:
     for pod in pods:
         with urllib.request.urlopen(f"{metrics_url(pod)}/metrics", timeout=5) as response:
             text = response.read().decode()
-        series = [line for line in text.splitlines() if line.split("{")[0].split(" ")[0] == name]
-        counts[pod.metadata.name] = sum(float(line.rsplit(" ", 1)[1]) for line in series)
+        counts[pod.metadata.name] = metric_sum(text, name)
     return counts
 
 

@@ -25,6 +25,7 @@ from kvant_runtime.sim.cost import CostModel
 from kvant_runtime.sim.engine import Engine, EngineConfig
 from kvant_runtime.sim.pd_handoff import Bootstrap, HandoffBoard, HandoffError, fetch_handoff
 from kvant_runtime.sim.sim_server import ServerInfo, SimServer
+from tests.prom_text import metric_sum
 from tests.unit.gate_harness import closed_port_url, run, serving
 
 KVANT = [sys.executable, "-m", "kvant_cli.main"]
@@ -68,12 +69,6 @@ def _post(url: str, body: dict[str, object]) -> dict[str, object]:
 def _metrics(gate: str) -> str:
     """The engine's metrics (through the gate) and the gate's own."""
     return _get(gate + "/metrics").decode() + _get(gate + "/gate/metrics").decode()
-
-
-def _counter(metrics: str, name: str) -> float:
-    """A counter summed over its series (labelled or not)."""
-    series = [line for line in metrics.splitlines() if line.split("{")[0].split(" ")[0] == name]
-    return sum(float(line.rsplit(" ", 1)[1]) for line in series)
 
 
 @pytest.fixture
@@ -147,7 +142,7 @@ def test_smg_serves_through_a_prefill_and_a_decode_gate_with_both_roles_metrics_
     after = {role: _metrics(urls[role]) for role in ("prefill", "decode")}
 
     def moved(role: str, name: str) -> float:
-        return _counter(after[role], name) - _counter(before[role], name)
+        return metric_sum(after[role], name) - metric_sum(before[role], name)
 
     # The prefill computed each prompt and one token; the decode generated every answer.
     assert moved("prefill", "sglang:generation_tokens_total") == 4
