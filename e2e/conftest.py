@@ -33,7 +33,7 @@ Obj = dict[str, Any]
 def kvant_crds(cluster: LocalCluster) -> LocalCluster:
     for crd in sorted((REPO / "crds").glob("*.yaml")):
         cluster.kubectl("apply", "--server-side", "-f", str(crd))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/quantizedmodels.kvant.dev", "--timeout=60s")
+    cluster.wait_established("quantizedmodels.kvant.dev")
     return cluster
 
 

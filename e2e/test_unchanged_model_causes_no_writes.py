@@ -88,6 +88,13 @@ def test_twenty_reconciles_of_an_unchanged_model_write_nothing(cluster, operator
     # which the operator wrote the model's status was not idle (protection changed a limit, or saw the
     # engine's metrics go stale and come back on a loaded machine, leaving the status as it was): the
     # model's resourceVersion tells, and such a window is measured again.
+    # The counter is the operator's, not the model's: earlier tests' models must be gone first (their
+    # namespaces are deleted as each test ends, and a model being deleted is reconciled too).
+    def alone() -> bool:
+        models = custom.list_cluster_custom_object("kvant.dev", "v1alpha1", "quantizedmodels")["items"]
+        return [(m["metadata"]["namespace"], m["metadata"]["name"]) for m in models] == [(namespace, "tiny")]
+
+    wait_for(alone, 180, "the other tests' models to be gone")
     for _ in range(5):
         requests, reconciles = _api_requests(operator), _reconciles(operator)
         version = get_qm(cluster, namespace, "tiny")["metadata"]["resourceVersion"]

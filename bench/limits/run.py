@@ -22,7 +22,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Callable
@@ -34,7 +33,7 @@ from kubernetes import client
 
 # Run by path, the bench has its own folder on sys.path, not the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.cluster_models import NODE_CHECKPOINT, simulator_model
+from bench.cluster_models import bench_cluster, simulator_model
 
 from kvant_contracts.limits import LIMITS_FILE
 from kvant_contracts.serving_pod import METRICS_PORT
@@ -43,7 +42,6 @@ from kvant_dev.netutil import free_port, http_ok, wait_until
 from kvant_dev.process import ManagedProcess
 from kvant_operator.render.limits_configmap import limits_name
 from kvant_operator.render.roles import engine_selector
-from kvant_runtime.tinymodel import make_tiny_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 NS, MODEL = "bench-limits", "tiny"
@@ -96,18 +94,8 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, default=3)
     parser.add_argument("--edits", type=int, default=20)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="kvant-bench-limits-"))
-    cluster = LocalCluster(work / "cluster")
-    make_tiny_checkpoint(cluster.node_path(NODE_CHECKPOINT))
-    try:
-        cluster.start_core()
-        cluster.start_workloads()
-        cluster.kubectl("apply", "--server-side", "-f", str(REPO / "crds" / "quantizedmodels.kvant.dev.yaml"))
-        cluster.kubectl("wait", "--for=condition=Established", "crd/quantizedmodels.kvant.dev")
-        cluster.kubectl("create", "namespace", NS)
+    with bench_cluster("limits", NS) as (cluster, work):
         report = run(cluster, args, work)
-    finally:
-        cluster.stop()
     print(json.dumps(report, indent=2))
 
 

@@ -17,7 +17,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -27,7 +26,7 @@ from kubernetes import client
 
 # Run by path, the bench has its own folder on sys.path, not the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.cluster_models import NODE_CHECKPOINT, simulator_model
+from bench.cluster_models import NODE_CHECKPOINT, bench_cluster, simulator_model
 
 from kvant_dev.cluster import LocalCluster
 from kvant_dev.netutil import free_port, http_ok, wait_until
@@ -37,7 +36,6 @@ from kvant_operator.artifact_recipe import digest
 from kvant_operator.planner.capacity_plan import PlanRequest, make_plan
 from kvant_operator.planner.checkpoint_view import load_checkpoint
 from kvant_operator.render.jobs import plan_inputs
-from kvant_runtime.tinymodel import make_tiny_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 NS = "bench"
@@ -79,16 +77,8 @@ def main() -> None:
             f"--models {args.models}: the local cluster's Service range (a /22) holds {MAX_MODELS} "
             "model Services; more would never all be Ready"
         )
-    work = Path(tempfile.mkdtemp(prefix="kvant-bench-operator-"))
-    cluster = LocalCluster(work / "cluster")
-    checkpoint = cluster.node_path(NODE_CHECKPOINT)
-    make_tiny_checkpoint(checkpoint)
-    try:
-        cluster.start_core()
-        cluster.start_workloads()
-        cluster.kubectl("apply", "--server-side", "-f", str(REPO / "crds" / "quantizedmodels.kvant.dev.yaml"))
-        cluster.kubectl("wait", "--for=condition=Established", "crd/quantizedmodels.kvant.dev")
-        cluster.kubectl("create", "namespace", NS)
+    with bench_cluster("operator", NS) as (cluster, work):
+        checkpoint = cluster.node_path(NODE_CHECKPOINT)
         custom = client.CustomObjectsApi(cluster.api_client())
         for i in range(args.models):
             body = manifest(f"m{i:03d}")
@@ -102,8 +92,6 @@ def main() -> None:
                 {"status": planned_status(body, checkpoint)},
             )
         report = run_operator(cluster, custom, args, work)
-    finally:
-        cluster.stop()
     print(json.dumps(report, indent=2))
 
 

@@ -15,7 +15,7 @@ GROUP, VERSION, PLURAL = "kvant.dev", "v1alpha1", "quantizedmodels"
 def install_crd(apiserver: Any, namespace: str) -> None:
     """Applies the checked-in CRD (the file users apply), waits for it, and makes `namespace`."""
     apiserver.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
-    apiserver.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
+    apiserver.wait_established(CRD_NAME)
     namespace_manifest = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
     apiserver.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(namespace_manifest))
 

@@ -20,7 +20,7 @@ RELEASE_NAMESPACE, WATCHED = "kvant-dry-run", ["dry-run-a", "dry-run-b"]
 def with_chart_crds(apiserver: Any) -> Any:
     apiserver.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
     for crd in ("quantizedmodels.kvant.dev", "kopfpeerings.kopf.dev", "clusterkopfpeerings.kopf.dev"):
-        apiserver.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+        apiserver.wait_established(crd)
     for namespace in [RELEASE_NAMESPACE, *WATCHED]:
         manifest = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
         apiserver.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(manifest))

@@ -52,9 +52,7 @@ def _widget(name: str, size: object) -> dict[str, object]:
 
 def test_crd_object_round_trips_and_invalid_object_is_rejected(apiserver):
     apiserver.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(CRD))
-    apiserver.kubectl(
-        "wait", "--for=condition=Established", "crd/widgets.foundation.kvant.dev", "--timeout=60s"
-    )
+    apiserver.wait_established("widgets.foundation.kvant.dev")
     custom = client.CustomObjectsApi(apiserver.api_client())
 
     custom.create_namespaced_custom_object(

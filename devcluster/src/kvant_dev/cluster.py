@@ -160,6 +160,17 @@ class LocalCluster:
     def api_client(self) -> client.ApiClient:
         return kube_config.new_client_from_config(str(self.kubeconfig))
 
+    def wait_established(self, crd: str, timeout: float = 60) -> None:
+        """Until the CRD serves its kind. Not `kubectl wait --for=condition=Established`: right after
+        the apply the CRD may have no status yet, and kubectl then fails at once instead of waiting."""
+
+        def established() -> bool:
+            jsonpath = '{.status.conditions[?(@.type=="Established")].status}'
+            result = self.kubectl("get", f"crd/{crd}", "-o", f"jsonpath={jsonpath}", check=False)
+            return result.returncode == 0 and result.stdout.strip() == "True"
+
+        wait_until(established, timeout, f"CRD {crd} to be established")
+
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
