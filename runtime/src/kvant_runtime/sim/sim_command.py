@@ -60,6 +60,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="natural answer lengths before max_new_tokens: lognormal:MEDIAN,SIGMA or file:PATH "
         "(default: every request runs to its limit); see kvant_runtime.sim.output_lengths",
     )
+    parser.add_argument(
+        "--stream-interval",
+        type=int,
+        default=1,
+        help="tokens per streamed chunk after the first, as SGLang's flag (default 1)",
+    )
     cost = parser.add_argument_group("cost model (see kvant_runtime.sim.cost)")
     cost.add_argument(
         "--decode-base-ms", type=float, default=10.0, help="decode step time at batch 1, no context"
@@ -96,7 +102,12 @@ def run(args: argparse.Namespace) -> int:
         kv_tokens, dtype, page_size = plan.kv_tokens, plan.kv_cache_dtype, plan.page_size
         kv_bytes = kv_bytes or plan.kv_bytes_per_token
     dtype, page_size = args.kv_cache_dtype or dtype, args.page_size or page_size
-    for flag, value in (("--kv-tokens", kv_tokens), ("--max-running-requests", args.max_running_requests)):
+    positive = (
+        ("--kv-tokens", kv_tokens),
+        ("--max-running-requests", args.max_running_requests),
+        ("--stream-interval", args.stream_interval),
+    )
+    for flag, value in positive:
         if value <= 0:
             print(f"kvant sim: {flag} must be a positive integer, got {value}", file=sys.stderr)
             return 2
@@ -125,7 +136,9 @@ def run(args: argparse.Namespace) -> int:
     bootstrap = (
         (args.host, args.disaggregation_bootstrap_port) if args.disaggregation_mode == "prefill" else None
     )
-    info = ServerInfo(args.model_name, dtype, page_size, args.disaggregation_mode, bootstrap)
+    info = ServerInfo(
+        args.model_name, dtype, page_size, args.disaggregation_mode, bootstrap, args.stream_interval
+    )
     server = SimServer(Engine(config), info)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("kvant.sim").info(

@@ -1,10 +1,11 @@
 """The simulator's HTTP API: the parts of SGLang's that clients, the gate and Prometheus use.
 
 - `POST /generate`: SGLang's native API (`text` or `input_ids`, `sampling_params`,
-  `stream`); streamed chunks carry the text so far, as SGLang's do. A batch (a list of
-  prompts) or parallel samples (`n`) run one sequence each and answer with a list, as
-  SGLang does; the samples of one prompt share its KV, so after the first each holds (and
-  reports as `prompt_tokens`) a single token. Such requests are answered whole, not streamed.
+  `stream`); streamed chunks carry the text so far, as SGLang's do: one for the first token,
+  then one every `stream_interval` tokens (SGLang's `--stream-interval`), and one at the end.
+  A batch (a list of prompts) or parallel samples (`n`) run one sequence each and answer with
+  a list, as SGLang does; the samples of one prompt share its KV, so after the first each holds
+  (and reports as `prompt_tokens`) a single token. Such requests are answered whole, not streamed.
 - `POST /v1/completions`, `POST /v1/chat/completions`: OpenAI-compatible, with
   SSE streaming; a final usage chunk when `stream_options.include_usage` is set.
 - Prefill/decode (`disaggregation_mode`): requests carry the router's bootstrap fields; see
@@ -59,6 +60,7 @@ class ServerInfo:
     page_size: int = 1
     disaggregation_mode: str = "null"  # SGLang's --disaggregation-mode: null, prefill or decode
     bootstrap: tuple[str, int] | None = None  # a prefill's bootstrap server (host, port)
+    stream_interval: int = 1  # SGLang's --stream-interval: tokens per streamed chunk after the first
 
 
 def error_response(status: int, message: str) -> web.Response:
@@ -136,8 +138,8 @@ class SimServer:
             )
         response = await open_sse(request)
         ids = []
-        async for token in tokens_of(self.runner, stream):
-            ids.append(token)
+        async for batch in chunks_of(self.runner, stream, self.info.stream_interval):
+            ids += batch
             chunk = {"text": detokenize(ids), "output_ids": ids, "meta_info": meta_info(stream)}
             await send_sse(response, chunk)
         return await close_sse(response)
@@ -233,8 +235,8 @@ class SimServer:
             return web.json_response({**head, "object": kind, "choices": choices, "usage": summed})
         response = await open_sse(request)
         chunk_head = {**head, "object": f"{kind}.chunk" if kind == "chat.completion" else kind}
-        async for token in tokens_of(self.runner, stream):
-            await send_sse(response, {**chunk_head, "choices": [choice([token], True, None)]})
+        async for batch in chunks_of(self.runner, stream, self.info.stream_interval):
+            await send_sse(response, {**chunk_head, "choices": [choice(batch, True, None)]})
         await send_sse(response, {**chunk_head, "choices": [choice([], True, finish_reason(stream))]})
         if (body.get("stream_options") or {}).get("include_usage"):
             await send_sse(response, {**chunk_head, "choices": [], "usage": usage(stream)})
@@ -277,6 +279,7 @@ class SimServer:
                 "context_length": config.context_length,
                 "max_running_requests": config.max_running_requests,
                 "max_prefill_tokens": config.max_prefill_tokens,
+                "stream_interval": self.info.stream_interval,
                 "random_seed": config.seed,
                 "max_total_num_tokens": config.kv_tokens,
                 "max_req_input_len": min(config.context_length, config.kv_tokens) - 1,
@@ -315,6 +318,21 @@ async def tokens_of(runner: RealTimeEngine, stream: Stream) -> AsyncIterator[int
             yield token
     finally:
         runner.abort(stream)
+
+
+async def chunks_of(runner: RealTimeEngine, stream: Stream, interval: int) -> AsyncIterator[list[int]]:
+    """The tokens as SGLang streams them: the first alone (time to first token is what clients
+    watch), then `interval` at a time, then whatever is left when the sequence ends."""
+    pending: list[int] = []
+    sent = 0
+    async for token in tokens_of(runner, stream):
+        pending.append(token)
+        if sent == 0 or len(pending) >= interval:
+            sent += len(pending)
+            yield pending
+            pending = []
+    if pending:
+        yield pending
 
 
 async def collect(runner: RealTimeEngine, stream: Stream) -> list[int]:
