@@ -27,6 +27,7 @@ DOCUMENTED = {
     "kvant_gate_engine_metrics_stale": "gauge",
     "kvant_gate_engine_token_usage": "gauge",
     "kvant_gate_output_forecast_tokens": "gauge",
+    "kvant_gate_output_forecast_margin_tokens": "gauge",
     "kvant_gate_output_forecast_widen": "gauge",
 }
 

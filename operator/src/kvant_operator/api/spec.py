@@ -485,7 +485,9 @@ class LimitsSpec(ApiModel):
         default=0.95,
         gt=0.0,
         le=1.0,
-        description="With forecast admission: the quantile of recent output lengths reserved per sequence.",
+        description="With forecast admission: how sure the reservations are to cover the in-flight answers' "
+        "total (each sequence reserves the mean of recent output lengths, and the budget keeps a margin for "
+        "their spread at this quantile; 1.0 reads as 0.9999).",
     )
     oversize_requests: OversizeRequests = Field(
         default="refuse",

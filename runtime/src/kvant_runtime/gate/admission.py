@@ -4,7 +4,9 @@ A request costs `tokens`, what it reserves: its estimated prompt plus, per seque
 limit (`admission: worstCase`) or the forecast of its output (`forecast`, see `forecast`).
 In `enforce` mode it runs when both hold:
 - in-flight requests < the effective concurrency;
-- in-flight tokens + its tokens ≤ the token budget: the engine's max_total_num_tokens less
+- in-flight tokens + its tokens + `margin(sequences in flight with it)` ≤ the token budget (the
+  margin is the forecast's allowance for the in-flight total's spread; 0 in worstCase): the
+  engine's max_total_num_tokens less
   `ESTIMATE_HEADROOM` for the prompt estimate's error (kvant_runtime.tokens). With worst-case
   reservations each request reserves more than the engine ever holds for it, so requests that
   fit the budget together can never make the engine retract; forecast reservations trade that
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kvant_contracts.limits import Limits
@@ -48,11 +51,13 @@ class Ticket:
     tokens: int
     waited_seconds: float
     over_limits: tuple[str, ...] = ()  # observe mode: the limits enforce would have waited for
+    sequences: int = 1
 
 
 @dataclass(eq=False)  # identity: two waiters for the same tokens are different requests
 class _Waiter:
     tokens: int
+    sequences: int
     future: asyncio.Future[None]
     enqueued_at: float = field(default_factory=time.monotonic)
 
@@ -66,6 +71,9 @@ class Admission:
         self.token_capacity: int | None = None
         self.in_flight = 0
         self.in_flight_tokens = 0
+        self.in_flight_sequences = 0
+        # Tokens kept free on top of the reservations for n sequences in flight (forecast admission).
+        self.margin: Callable[[int], int] = lambda _sequences: 0
         self._queue: collections.deque[_Waiter] = collections.deque()
 
     @property
@@ -92,15 +100,15 @@ class Admission:
         self.token_capacity = capacity
         self._dispatch()
 
-    async def acquire(self, tokens: int, worst_case: int | None = None) -> Ticket:
-        """Waits for a slot for a request reserving `tokens` (at most `worst_case`, by default the
-        same); raises `Rejected` when the queue is full, the wait times out, or even the worst case
-        could never fit the whole budget."""
+    async def acquire(self, tokens: int, worst_case: int | None = None, sequences: int = 1) -> Ticket:
+        """Waits for a slot for a request of `sequences` reserving `tokens` (at most `worst_case`, by
+        default the same); raises `Rejected` when the queue is full, the wait times out, or even the
+        worst case could never fit the whole budget."""
         worst = tokens if worst_case is None else worst_case
         if self.limits.mode != "enforce":
-            over = self._over_limits(tokens) if self.limits.mode == "observe" else ()
-            self._take(tokens)
-            return Ticket(tokens, 0.0, over)
+            over = self._over_limits(tokens, sequences) if self.limits.mode == "observe" else ()
+            self._take(tokens, sequences)
+            return Ticket(tokens, 0.0, over, sequences)
         budget = self.token_budget
         if budget is not None and worst > budget and self.limits.oversizeRequests == "refuse":
             raise Rejected(
@@ -111,24 +119,25 @@ class Admission:
                 "spec.limits.oversizeRequests: runAlone)",
                 status=413,
             )
-        if not self._queue and not self._over_limits(tokens):
-            self._take(tokens)
-            return Ticket(tokens, 0.0)
+        if not self._queue and not self._over_limits(tokens, sequences):
+            self._take(tokens, sequences)
+            return Ticket(tokens, 0.0, sequences=sequences)
         if len(self._queue) >= self.limits.maxQueued:
             raise Rejected(
                 "queue_full",
                 self.limits.retryAfterSeconds,
                 f"the gate's queue is full ({len(self._queue)} waiting, maxQueued={self.limits.maxQueued})",
             )
-        return await self._wait(tokens)
+        return await self._wait(tokens, sequences)
 
     def release(self, ticket: Ticket) -> None:
         self.in_flight -= 1
         self.in_flight_tokens -= ticket.tokens
+        self.in_flight_sequences -= ticket.sequences
         self._dispatch()
 
-    async def _wait(self, tokens: int) -> Ticket:
-        waiter = _Waiter(tokens, asyncio.get_running_loop().create_future())
+    async def _wait(self, tokens: int, sequences: int) -> Ticket:
+        waiter = _Waiter(tokens, sequences, asyncio.get_running_loop().create_future())
         self._queue.append(waiter)
         timeout = self.limits.queueTimeoutSeconds
         try:
@@ -146,34 +155,37 @@ class Admission:
         except asyncio.CancelledError:
             # The client went away: give back whatever it held or was about to get.
             if _granted(waiter):
-                self.release(Ticket(tokens, 0.0))
+                self.release(Ticket(tokens, 0.0, sequences=sequences))
             else:
                 self._forget(waiter)
             raise
-        return Ticket(tokens, time.monotonic() - waiter.enqueued_at)
+        return Ticket(tokens, time.monotonic() - waiter.enqueued_at, sequences=sequences)
 
-    def _over_limits(self, tokens: int) -> tuple[str, ...]:
+    def _over_limits(self, tokens: int, sequences: int) -> tuple[str, ...]:
         over: list[str] = []
         if self.in_flight >= self.concurrency:
             over.append("concurrency")
         budget = self.token_budget
-        if budget is not None and self.in_flight > 0 and self.in_flight_tokens + tokens > budget:
-            over.append("token_budget")
+        if budget is not None and self.in_flight > 0:
+            margin = self.margin(self.in_flight_sequences + sequences)
+            if self.in_flight_tokens + tokens + margin > budget:
+                over.append("token_budget")
         return tuple(over)
 
-    def _take(self, tokens: int) -> None:
+    def _take(self, tokens: int, sequences: int) -> None:
         self.in_flight += 1
         self.in_flight_tokens += tokens
+        self.in_flight_sequences += sequences
 
     def _dispatch(self) -> None:
         """Grants waiting requests from the head of the queue while they fit."""
         while self._queue:
             head = self._queue[0]
-            if self.limits.mode == "enforce" and self._over_limits(head.tokens):
+            if self.limits.mode == "enforce" and self._over_limits(head.tokens, head.sequences):
                 return
             self._queue.popleft()
             if not head.future.done():
-                self._take(head.tokens)
+                self._take(head.tokens, head.sequences)
                 head.future.set_result(None)
 
     def _forget(self, waiter: _Waiter) -> None:

@@ -132,9 +132,14 @@ def bind_forecast(metrics: GateMetrics, forecast: OutputForecast, admission: Adm
     """Gauges over the output forecast: what a sequence is forecast to generate, and the correction."""
     Gauge(
         "kvant_gate_output_forecast_tokens",
-        "Output tokens a sequence is forecast to generate (forecast admission); 0 until learned.",
+        "Output tokens a sequence reserves: the mean it is forecast to generate; 0 until learned.",
         registry=metrics.registry,
-    ).set_function(lambda: forecast.tokens(admission.limits.forecastQuantile) or 0)
+    ).set_function(lambda: forecast.tokens() or 0)
+    Gauge(
+        "kvant_gate_output_forecast_margin_tokens",
+        "KV tokens the budget keeps free for the spread of the in-flight answers' total (forecast).",
+        registry=metrics.registry,
+    ).set_function(lambda: admission.margin(admission.in_flight_sequences))
     Gauge(
         "kvant_gate_output_forecast_widen",
         "The live signals' correction of the forecast (1: none; more after engine pressure).",

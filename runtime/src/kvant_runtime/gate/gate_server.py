@@ -76,7 +76,15 @@ class Gate:
         self.controller = ConcurrencyController(limits)
         self.metrics = GateMetrics(self.admission)
         self.forecast = OutputForecast()
+        self.admission.margin = self._forecast_margin
         bind_forecast(self.metrics, self.forecast, self.admission)
+
+    def _forecast_margin(self, sequences: int) -> int:
+        """The forecast's allowance for the in-flight total's spread, in forecast admission only."""
+        limits = self.admission.limits
+        if limits.admission != "forecast":
+            return 0
+        return self.forecast.margin(sequences, limits.forecastQuantile)
 
     def apply_limits(self, limits: Limits) -> None:
         change = self.controller.set_limits(limits)

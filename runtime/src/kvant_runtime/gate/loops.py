@@ -116,6 +116,7 @@ class LocalLoop:
         self.metrics = metrics
         self.interval = interval
         self._stale = False
+        self._retracted_seen = -1.0  # the engine's retraction counter at the last tick; -1: not yet read
 
     async def run(self) -> None:
         while True:
@@ -132,16 +133,22 @@ class LocalLoop:
         change = self.controller.step(sample, time.monotonic(), self.admission.in_flight)
         if change is not None:
             self.apply(change)
-        # The same signals correct the output forecast: any pressure widens it, health narrows it.
-        target = self.admission.limits.targetTokenUsage
-        if (
-            sample is None
-            or sample.token_usage > target
-            or (change is not None and change.direction == "down")
-        ):
-            self.forecast.pressure()
-        else:
-            self.forecast.healthy()
+        self._correct_forecast(sample)
+
+    def _correct_forecast(self, sample: EngineSample | None) -> None:
+        """The same signals tell whether the output forecast proved short (see `forecast`)."""
+        retracted = sample is not None and sample.retracted_total > self._retracted_seen >= 0
+        if sample is not None:
+            self._retracted_seen = sample.retracted_total  # a restarted engine's counter starts over
+        capacity, budget = self.admission.token_capacity, self.admission.token_budget
+        held = sample.token_usage * capacity if sample is not None and capacity else None
+        self.forecast.correct(
+            stale=sample is None,
+            retracted=retracted,
+            held=held,
+            reserved=self.admission.in_flight_tokens,
+            slack=(capacity - budget) if capacity and budget is not None else 0,
+        )
 
     def apply(self, change: Change) -> None:
         self.admission.set_concurrency(change.new)

@@ -29,6 +29,9 @@ log = logging.getLogger("kvant.gate")
 
 # Sized answers up to this are relayed in one piece; larger or unsized ones (SSE) chunk by chunk.
 WHOLE_BODY_BYTES = 1 << 20
+# Kept of a streamed answer to read its last event: SGLang's /generate chunks repeat the text and
+# output ids so far, so a 4,096-token answer's last event is some 50 KB.
+STREAM_TAIL_BYTES = 256 << 10
 # A client that has not sent its whole body by then is cut off (408): a slow sender holds no slot.
 BODY_READ_SECONDS = 30.0
 # Requests the gate holds at once, of every kind (queued, in flight, passed through); past it, 503.
@@ -138,12 +141,10 @@ class Proxy:
             )
         reserve = cost.tokens
         if limits.admission == "forecast" and cost.sequences:
-            reserve = self.forecast.reserve(
-                cost.prompt_tokens, cost.sequences, cost.limit, limits.forecastQuantile
-            )
+            reserve = self.forecast.reserve(cost.prompt_tokens, cost.sequences, cost.limit)
         self.queued_bytes += len(cost.body)
         try:
-            ticket = await self.admission.acquire(reserve, worst_case=cost.tokens)
+            ticket = await self.admission.acquire(reserve, worst_case=cost.tokens, sequences=cost.sequences)
         except Rejected as rejected:
             raise Refused(rejected.status, rejected.reason, str(rejected), rejected.retry_after) from None
         finally:
@@ -200,7 +201,8 @@ async def _relay(
         if outputs is not None:
             outputs += answered_output_tokens(body)
         return web.Response(status=upstream.status, reason=upstream.reason, headers=headers, body=body)
-    events = 0  # SSE events relayed: a streamed sequence sends one per token
+    events = 0  # SSE events relayed
+    tail = bytearray()  # the stream's last bytes, where its final event tells the output length
     response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
     if length is not None:
         response.content_length = length
@@ -208,6 +210,8 @@ async def _relay(
     try:
         async for chunk in upstream.content.iter_any():
             events += chunk.count(b"data:")
+            tail += chunk
+            del tail[:-STREAM_TAIL_BYTES]
             await response.write(chunk)
     except aiohttp.ClientError as err:
         # Headers are gone already; closing without the final chunk tells the client it is cut short.
@@ -216,9 +220,23 @@ async def _relay(
             request.transport.close()
         return response
     await response.write_eof()
-    if outputs is not None and events > 1:
-        outputs.append(events - 1)  # less the closing [DONE]
+    if outputs is not None:
+        outputs += streamed_output_tokens(bytes(tail), events)
     return response
+
+
+def streamed_output_tokens(tail: bytes, events: int) -> list[int]:
+    """A streamed sequence's output length: its last event's meta_info or usage (SGLang's chunks
+    carry the count so far, whatever `--stream-interval` groups), else one token per event less the
+    closing [DONE] (OpenAI chunks without usage, one token per chunk at the default interval)."""
+    counted = [events - 1] if events > 1 else []
+    for event in reversed(tail.split(b"\n\n")):
+        data = event.strip()
+        if not data or data[5:].strip() == b"[DONE]":
+            continue
+        # A last event longer than the tail starts mid-JSON: count events instead.
+        return (answered_output_tokens(data[5:]) if data.startswith(b"data:") else []) or counted
+    return counted
 
 
 def answered_output_tokens(body: bytes) -> list[int]:
