@@ -91,7 +91,13 @@ def write_panels(
     return path
 
 
-def goodput_by_load(rows: Sequence[Mapping[str, Any]], modes: Sequence[str], path: Path, title: str) -> Path:
+def goodput_by_load(
+    rows: Sequence[Mapping[str, Any]],
+    modes: Sequence[str],
+    path: Path,
+    title: str,
+    xlabel: str = "load (clients, x the BF16 cache)",
+) -> Path:
     """bench/protection's rows (`kv`, `load`, and per mode a cell with `goodput`): a panel per KV dtype,
     goodput against load, a line per mode."""
     kv_dtypes = dict.fromkeys(row["kv"] for row in rows)  # in the bench's order
@@ -107,7 +113,7 @@ def goodput_by_load(rows: Sequence[Mapping[str, Any]], modes: Sequence[str], pat
         for kv in kv_dtypes
     ]
     loads = sorted({row["load"] for row in rows})
-    return write_panels(path, title, "load (clients, x the BF16 cache)", panels, xticks=loads, share_y=True)
+    return write_panels(path, title, xlabel, panels, xticks=loads, share_y=True)
 
 
 class SweepPoint(Protocol):

@@ -7,10 +7,16 @@ N clients each send a long-prompt request and send the next as soon as the
 previous one finishes. The engine is the simulator's own (`kvant_runtime.sim`),
 driven on a virtual clock, so the sweep is deterministic and takes seconds.
 
-    python bench/engine_sim/sweep.py [--json results.json] [--plot PNG | --no-plot]
+    python bench/engine_sim/sweep.py [--output-lengths SPEC --max-new-tokens N] [--json results.json]
+                                     [--plot PNG | --no-plot]
+
+By default every answer runs to its 2,000 tokens. With `--output-lengths` (the simulator's own flag:
+`lognormal:MEDIAN,SIGMA` or `file:PATH`) answers stop at a natural length drawn per request under
+`--max-new-tokens`, as real ones stop at EOS, while admission still plans for the whole limit as
+SGLang's does.
 
 Besides the table it draws the running batch and the throughput against concurrency, BF16 and FP8,
-into batch.png beside this file.
+into batch.png beside this file (batch-eos.png with --output-lengths).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from pathlib import Path
 
 from kvant_runtime.sim.cost import CostModel
 from kvant_runtime.sim.engine import Engine, EngineConfig, Request
+from kvant_runtime.sim.output_lengths import OutputLengths, OutputLengthsError, parse_output_lengths
 from kvant_runtime.sim.plan_file import PlanCapacity, read_plan_capacity
 
 # Run by path, the bench has its own folder on sys.path, not the repository root.
@@ -68,10 +75,19 @@ def plan(kv_dtype: str) -> PlanCapacity:
         return read_plan_capacity(Path(handle.name))
 
 
-def run_closed_loop(capacity: PlanCapacity, concurrency: int) -> Point:
+def run_closed_loop(
+    capacity: PlanCapacity,
+    concurrency: int,
+    output_lengths: OutputLengths | None = None,
+    max_new_tokens: int = OUTPUT_TOKENS,
+) -> Point:
     cost = CostModel(kv_bytes_per_token=capacity.kv_bytes_per_token or CostModel.kv_bytes_per_token)
     config = EngineConfig(
-        kv_tokens=capacity.kv_tokens, max_running_requests=256, context_length=131072, cost=cost
+        kv_tokens=capacity.kv_tokens,
+        max_running_requests=256,
+        context_length=131072,
+        cost=cost,
+        output_lengths=output_lengths,
     )
     engine = Engine(config)
     sent = 0
@@ -79,7 +95,7 @@ def run_closed_loop(capacity: PlanCapacity, concurrency: int) -> Point:
     def send(now: float) -> Request:
         nonlocal sent
         sent += 1
-        return engine.submit(f"r{sent}", PROMPT_TOKENS, OUTPUT_TOKENS, now, prompt_key=str(sent))
+        return engine.submit(f"r{sent}", PROMPT_TOKENS, max_new_tokens, now, prompt_key=str(sent))
 
     for _ in range(concurrency):
         send(0.0)
@@ -113,16 +129,26 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--json", type=Path, help="write every point and the summary here")
-    add_plot_arguments(parser, "batch.png beside this file")
+    parser.add_argument("--output-lengths", metavar="SPEC", help="answers stop early: see the docstring")
+    parser.add_argument("--max-new-tokens", type=int, default=OUTPUT_TOKENS, help="each request's limit")
+    add_plot_arguments(parser, "batch.png, or batch-eos.png with --output-lengths, beside this file")
     args = parser.parse_args()
-    png = plot_destination(parser, args, HERE / "batch.png")
+    try:
+        lengths = parse_output_lengths(args.output_lengths) if args.output_lengths else None
+    except OutputLengthsError as error:
+        parser.error(str(error))
+    if args.max_new_tokens < 1:
+        parser.error(f"--max-new-tokens must be positive, got {args.max_new_tokens}")
+    png = plot_destination(parser, args, HERE / ("batch-eos.png" if lengths else "batch.png"))
     curves: dict[str, list[Point]] = {}
     capacities = {dtype: plan(dtype) for dtype in ("bf16", "fp8_e4m3")}
-    print(f"prompt {PROMPT_TOKENS} + output {OUTPUT_TOKENS} tokens, {MEASURE_S:.0f} s measured per point")
+    answers = f"answers {args.output_lengths} under " if lengths else ""
+    workload = f"prompt {PROMPT_TOKENS} + {answers}max_new_tokens {args.max_new_tokens}"
+    print(f"{workload}, {MEASURE_S:.0f} s measured per point")
     for dtype, capacity in capacities.items():
         print(f"\n{dtype}: {capacity.kv_tokens} KV tokens, {capacity.kv_bytes_per_token} B/token/GPU")
         print(f"{'concurrency':>11} {'tok/s':>8} {'running':>8} {'retractions':>11}")
-        curves[dtype] = [run_closed_loop(capacity, c) for c in CONCURRENCY]
+        curves[dtype] = [run_closed_loop(capacity, c, lengths, args.max_new_tokens) for c in CONCURRENCY]
         for p in curves[dtype]:
             tokens_per_s, running = f"{p.output_tokens_per_s:>8.0f}", f"{p.mean_running:>8.1f}"
             print(f"{p.concurrency:>11} {tokens_per_s} {running} {p.retractions:>11}")
@@ -147,9 +173,7 @@ def main() -> int:
         points = {d: [asdict(p) for p in ps] for d, ps in curves.items()}
         args.json.write_text(json.dumps({"points": points, "summary": summary}, indent=2))
     if png:
-        title = (
-            f"Kimi-K2-shaped MLA, INT4 experts, TP8 H200: prompt {PROMPT_TOKENS:,} + output {OUTPUT_TOKENS:,}"
-        )
+        title = f"Kimi-K2-shaped MLA, INT4 experts, TP8 H200: {workload}"
         print(f"plot: {batch_by_concurrency(curves, png, title)}")
     return 0
 

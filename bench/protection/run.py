@@ -22,62 +22,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 
-from kvant_contracts.limits import parse_limits, render_limits
 from kvant_dev.loadgen import LoadResult, LoadShape, engine_retractions, generate_load
-from kvant_dev.netutil import free_port, http_ok, wait_until
-from kvant_operator.api.spec import KvCacheDtype, WeightFormat
-from kvant_operator.planner.capacity_plan import PlanRequest, make_plan
-from kvant_operator.planner.checkpoint_view import load_checkpoint
-from kvant_operator.planner.sizing import gpu_memory_for_tokens
 from kvant_runtime.tinymodel import make_tiny_checkpoint
 
 # Run by path, the bench has its own folder on sys.path, not the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.plots import add_plot_arguments, goodput_by_load, plot_destination
+from bench.protection.stack import GATE_MODES, plan_capacities, serving_stack
 
 HERE = Path(__file__).parent
 
 PROMPT, NEW = 400, 200
-LIMITS = {
-    "maxConcurrency": 64,
-    "maxQueued": 8,
-    "queueTimeoutSeconds": 2,
-    "targetTokenUsage": 0.8,
-    "concurrency": {"min": 1, "max": 64},
-}
-
-
-def plan_capacities(checkpoint: Path, bf16_tokens: int) -> dict[str, int]:
-    """KV tokens of the BF16 and FP8 plans on the one simulated GPU sized for `bf16_tokens` in BF16."""
-    loaded = load_checkpoint(checkpoint)
-    request = PlanRequest(
-        gpu_memory_gib=1.0,
-        kv_cache_dtype=KvCacheDtype.BF16,
-        weights_format=WeightFormat.INT4,
-        group_size=32,
-        mem_fraction_static=0.9,
-    )
-    gib = gpu_memory_for_tokens(loaded, bf16_tokens, request)
-    return {
-        dtype.value: make_plan(
-            loaded, replace(request, gpu_memory_gib=gib, kv_cache_dtype=dtype)
-        ).kv_tokens_per_replica
-        for dtype in (KvCacheDtype.BF16, KvCacheDtype.FP8_E4M3)
-    }
-
-
-MODES = {
-    "off": {"mode": "off"},
-    "worstCase": {"mode": "enforce", "admission": "worstCase"},
-    "forecast": {"mode": "enforce", "admission": "forecast"},
-}
+MODES = list(GATE_MODES)
 REALISTIC_LENGTHS = "lognormal:100,0.8"  # answers' natural lengths under --realistic
 REALISTIC_MAX_NEW = 600
 
@@ -85,67 +46,13 @@ REALISTIC_MAX_NEW = 600
 def run_cell(
     workdir: Path, kv_tokens: int, mode: str, shape: LoadShape, *, output_lengths: str | None, warmup: float
 ) -> tuple[LoadResult, float]:
-    engine, gate = free_port(), free_port()
-    limits = workdir / f"limits-{mode}.yaml"
-    limits.write_text(render_limits(parse_limits({**LIMITS, **MODES[mode]})))
     lengths = ["--output-lengths", output_lengths] if output_lengths else []
-    kvant = [sys.executable, "-m", "kvant_cli.main"]
-    procs = [
-        subprocess.Popen(
-            [
-                *kvant,
-                "sim",
-                "--port",
-                str(engine),
-                "--model-name",
-                "bench",
-                "--kv-tokens",
-                str(kv_tokens),
-                "--max-running-requests",
-                str(max(1, kv_tokens // 256)),
-                *lengths,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        ),
-        subprocess.Popen(
-            [
-                *kvant,
-                "gate",
-                "--listen",
-                f"127.0.0.1:{gate}",
-                "--upstream",
-                f"http://127.0.0.1:{engine}",
-                "--limits",
-                str(limits),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        ),
-    ]
-    try:
-        wait_until(lambda: http_ok(f"http://127.0.0.1:{gate}/health"), 60, "sim + gate")
-        time.sleep(2)  # let the gate's local loop see a healthy engine
+    with serving_stack(workdir, kv_tokens, mode, lengths) as stack:
         if warmup:  # the forecast learns from the model's answers, as a serving gate has long done
-            generate_load(f"http://127.0.0.1:{gate}", replace(shape, seconds=warmup))
-        before = engine_retractions(f"http://127.0.0.1:{engine}")
-        result = generate_load(f"http://127.0.0.1:{gate}", shape)
-        return result, engine_retractions(f"http://127.0.0.1:{engine}") - before
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            _stop(proc)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        # On SIGTERM aiohttp lets in-flight handlers finish; an engine queue left deep by the load
-        # takes longer to drain than the bench needs to wait.
-        proc.kill()
-        proc.wait()
+            generate_load(stack.front, replace(shape, seconds=warmup))
+        before = engine_retractions(stack.engine)
+        result = generate_load(stack.front, shape)
+        return result, engine_retractions(stack.engine) - before
 
 
 def main() -> None:
@@ -211,7 +118,7 @@ def main() -> None:
         args.json.write_text(json.dumps(summary, indent=2))
     if png:
         title = f"prompt {PROMPT} tokens, {workload}; SLO {args.slo:g} s; 1x = {one_x} clients"
-        print(f"plot: {goodput_by_load(rows, list(MODES), png, title)}")
+        print(f"plot: {goodput_by_load(rows, MODES, png, title)}")
 
 
 if __name__ == "__main__":

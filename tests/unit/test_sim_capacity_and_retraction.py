@@ -112,3 +112,23 @@ def test_decode_steps_grow_with_batch_and_context():
         assert decode is not None
         durations[(batch, prompt)] = decode.duration
     assert durations[(1, 100)] < durations[(8, 100)] < durations[(8, 2000)]
+
+
+def test_a_retraction_costs_a_re_prefill_of_the_prompt_and_every_token_generated_so_far():
+    # SGLang keeps a retracted request's output and recomputes its KV on re-admission: prompt plus
+    # generated tokens, at prefill cost. The simulator charges exactly that, no more, no less.
+    engine = overcommitting_engine()
+    engine.submit("a", 100, 80, 0.0, prompt_key="a")
+    engine.submit("b", 100, 80, 0.0, prompt_key="b")
+    now = 0.0
+    while (step := engine.step(now)) is not None and not step.retracted:
+        now = step.end
+    assert step is not None
+    victim, generated = step.retracted[0], len(step.retracted[0].output_ids)
+    assert generated > 0
+    now = step.end
+    while (step := engine.step(now)) is not None and not (step.kind == "prefill" and victim.kv_tokens):
+        now = step.end
+    assert step is not None and step.kind == "prefill"
+    assert step.prefill_tokens == 100 + generated
+    assert step.duration == pytest.approx(engine.config.cost.prefill_seconds(100 + generated))
