@@ -26,6 +26,7 @@ QUEUE_DEPTH_THRESHOLD = 5
 KV_CACHE_UTIL_THRESHOLD = 0.8
 METRICS_STALENESS_SECONDS = 0.2
 REFRESH_SECONDS = 0.05
+SESSION = web.AppKey("session", aiohttp.ClientSession)
 
 
 class Detector:
@@ -65,7 +66,7 @@ def app(upstream: str) -> web.Application:
             connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=600)
         )
         scraper = asyncio.create_task(detector.scrape(session))
-        application["session"] = session
+        application[SESSION] = session
         yield
         scraper.cancel()
         await session.close()
@@ -74,7 +75,7 @@ def app(upstream: str) -> web.Application:
         if request.path == "/generate" and detector.saturated():
             return web.json_response({"error": "saturated"}, status=429)
         body = await request.read()
-        session: aiohttp.ClientSession = application["session"]
+        session = application[SESSION]
         url = detector.upstream + request.path_qs
         async with session.request(request.method, url, data=body or None) as up:
             response = web.StreamResponse(status=up.status)
