@@ -100,7 +100,7 @@ def run_operator(
 ) -> dict[str, Any]:
     metrics_port, health = free_port(), free_port()
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
-    started = time.monotonic()
+    started, started_wall = time.monotonic(), time.time()
     operator = ManagedProcess(
         "operator",
         [
@@ -130,6 +130,9 @@ def run_operator(
 
         wait_until(all_ready, 1800, "every model Ready", operator.log_tail)
         reconciled = time.monotonic() - started
+        operator_cpu = cpu_seconds(operator.pid)
+        load = os.getloadavg()
+        controller = last_replicaset_seconds(cluster, started_wall)
         before = operator_metric(metrics_port, "kvant_operator_api_requests_total")
         time.sleep(args.idle_seconds)
         idle_rate = (
@@ -141,6 +144,11 @@ def run_operator(
         return {
             "models": args.models,
             "secondsUntilAllReady": round(reconciled, 1),
+            # A model is Ready once the deployment controller has seen its Deployment. Its first
+            # step, the ReplicaSet, shows how far behind the operator's applies it ran.
+            "secondsUntilLastReplicaSet": controller,
+            "operatorCpuSecondsUntilAllReady": round(operator_cpu, 1),
+            "loadAverageAtAllReady": [round(x, 1) for x in load],
             "operatorPeakRssMiB": round(peak_rss_mib(operator.pid), 1),
             "apiRequestsPerIdleMinute": round(idle_rate, 1),
             "limitsPatchToConfigMapSeconds": {
@@ -151,6 +159,20 @@ def run_operator(
         }
     finally:
         operator.stop()
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def last_replicaset_seconds(cluster: LocalCluster, started_wall: float) -> float:
+    """When the deployment controller created the last model's ReplicaSet, in seconds from operator
+    start (the API's timestamps have whole seconds)."""
+    apps = client.AppsV1Api(cluster.api_client())
+    replicasets = apps.list_namespaced_replica_set(NS).items
+    created = [rs.metadata.creation_timestamp.timestamp() for rs in replicasets]
+    return round(max(created, default=started_wall) - started_wall, 1)
 
 
 def patch_latencies(cluster: LocalCluster, patches: int) -> list[float]:

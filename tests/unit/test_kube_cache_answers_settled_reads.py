@@ -8,6 +8,7 @@ from typing import Any
 
 from kvant_operator.kube_cache import (
     PODS,
+    ROLLOUT_STATUS,
     SERVING_KINDS,
     CachedKind,
     CachedKube,
@@ -15,7 +16,7 @@ from kvant_operator.kube_cache import (
     pod_entry,
     serving_entry,
 )
-from kvant_operator.render.meta import APPLIED_HASH, MODEL_LABEL
+from kvant_operator.render.meta import APPLIED_HASH, COMPONENT_LABEL, MODEL_LABEL, SERVING_COMPONENT
 from tests.unit.memory_kube import MemoryKube
 
 Obj = dict[str, Any]
@@ -94,6 +95,7 @@ def test_settled_object_is_read_from_the_index():
     assert live is not None
     assert live["status"]["readyReplicas"] == 1 and live["metadata"]["generation"] == 1
     assert "spec" not in live  # a summary: what ensure and the rollout status read
+    assert set(live["status"]) <= set(ROLLOUT_STATUS)
 
 
 def test_object_the_watch_has_not_shown_is_read_from_the_api_server():
@@ -104,8 +106,19 @@ def test_object_the_watch_has_not_shown_is_read_from_the_api_server():
 
     assert kube.reads == [("get", "Deployment")]
     assert live is not None and live["spec"]["replicas"] == 1
-    assert cached.ensure(deployment()) is False  # present with the hash: not re-created
-    assert len(kube.applied) == 1
+
+
+def test_object_the_index_has_not_seen_is_applied_without_a_read():
+    """kopf fills the indexes before any handler runs: an unseen object does not exist, so a model's
+    first pass applies it straight away, not after a GET that answers 404."""
+    cached, kube, _, _ = door()
+
+    assert cached.ensure(deployment()) is True
+
+    assert kube.reads == [] and kube.applied == [("apps/v1", "Deployment", NS, "tiny-serve")]
+    # Our own write that the watch has not shown yet: read from the API server, found current.
+    assert cached.ensure(deployment()) is False
+    assert kube.reads == [("get", "Deployment")] and len(kube.applied) == 1
 
 
 def test_stale_applied_hash_in_the_index_re_applies():
@@ -150,6 +163,23 @@ def test_a_write_the_watch_never_shows_stops_bypassing_it():
     cached.get("apps/v1", "Deployment", NS, "tiny-serve")
 
     assert kube.reads == []
+
+
+def test_one_models_serving_objects_are_listed_from_the_index():
+    cached, kube, watch, _ = door()
+    for name, model in (("tiny-serve", "tiny"), ("tiny-router", "tiny"), ("big-serve", "big")):
+        body = deployment(name)
+        body["metadata"]["labels"] = {MODEL_LABEL: model, COMPONENT_LABEL: SERVING_COMPONENT}
+        body["metadata"]["ownerReferences"] = [{"kind": "QuantizedModel", "name": model, "uid": model}]
+        watch.deliver(DEPLOYMENTS, body)
+
+    found = cached.list("apps/v1", "Deployment", NS, f"{MODEL_LABEL}=tiny,{COMPONENT_LABEL}=serving")
+
+    assert sorted(d["metadata"]["name"] for d in found) == ["tiny-router", "tiny-serve"]
+    assert found[0]["metadata"]["ownerReferences"] == [{"uid": "tiny"}]  # what prune checks
+    assert kube.reads == []
+    cached.list("apps/v1", "Deployment", NS, f"{MODEL_LABEL}=tiny")  # not only serving objects
+    assert kube.reads == [("list", "Deployment")]
 
 
 def test_objects_kvant_did_not_apply_are_not_indexed():

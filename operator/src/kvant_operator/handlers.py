@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
@@ -18,7 +19,8 @@ from kubernetes.client.exceptions import ApiException
 
 from kvant_operator import operator_metrics
 from kvant_operator.api.resource import GROUP, PLURAL, VERSION
-from kvant_operator.kube import Kube, api_client
+from kvant_operator.api.status import Phase
+from kvant_operator.kube import RECONCILE_THREADS, Kube, api_client
 from kvant_operator.kube_cache import (
     PODS,
     PODS_SELECTOR,
@@ -31,17 +33,21 @@ from kvant_operator.kube_cache import (
 from kvant_operator.protection.loop import ProtectionResult, Protector
 from kvant_operator.protection.schedule import ModelProtection
 from kvant_operator.reconcile import Outcome, Reconciler
+from kvant_operator.render.meta import MODEL_LABEL
 from kvant_operator.settings import OperatorSettings
 
 log = logging.getLogger("kvant.operator")
 _phases: dict[tuple[str, str], str] = {}
+# (namespace, model) → its daemon's wakeup, for the events of what the model owns (wake_model).
+_wakeups: dict[tuple[str, str], asyncio.Event] = {}
+DEPLOYMENTS = next(kind for kind in SERVING_KINDS if kind.kind == "Deployment")
 
 
-async def _index_serving(body: kopf.Body, **_: Any) -> dict[tuple[str, str], Any] | None:
+async def _index_serving(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], Any] | None:
     return serving_entry(body)
 
 
-async def _index_pod(body: kopf.Body, **_: Any) -> dict[tuple[str, str], Any] | None:
+async def _index_pod(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], Any] | None:
     return pod_entry(body)
 
 
@@ -55,6 +61,10 @@ kopf.index(group=PODS.group, version=PODS.version, plural=PODS.plural, id=PODS.i
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
     settings.posting.level = logging.WARNING  # our own Events say what happened; kopf's would repeat it
+    # asyncio.to_thread's pool: min(32, CPUs + 4) threads by default, 6 on 2 CPUs.
+    asyncio.get_running_loop().set_default_executor(
+        ThreadPoolExecutor(max_workers=RECONCILE_THREADS, thread_name_prefix="reconcile")
+    )
     settings.watching.server_timeout = 300
     # The indexed watches select on the server: a cluster's other ConfigMaps and pods never arrive.
     for kind in SERVING_KINDS:
@@ -69,8 +79,21 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: An
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def wake(memo: kopf.Memo, **_: Any) -> None:
-    wakeup = memo.get("wakeup")
-    if isinstance(wakeup, asyncio.Event) and not wakeup.is_set():
+    _wake(memo.get("wakeup"))
+
+
+# A Deployment's or pod's event wakes the model it belongs to: all a rollout waits on. kopf runs these
+# after it has indexed the event, so the pass they wake reads what woke it.
+@kopf.on.event(DEPLOYMENTS.group, DEPLOYMENTS.version, DEPLOYMENTS.plural)
+@kopf.on.event(PODS.group, PODS.version, PODS.plural)
+async def wake_model(body: kopf.Body, **_: Any) -> None:
+    model = (body["metadata"].get("labels") or {}).get(MODEL_LABEL)
+    if model:
+        _wake(_wakeups.get((body["metadata"]["namespace"], model)))
+
+
+def _wake(wakeup: asyncio.Event | None) -> None:
+    if wakeup is not None and not wakeup.is_set():
         wakeup.set()
         operator_metrics.PENDING.inc()
 
@@ -79,6 +102,8 @@ async def wake(memo: kopf.Memo, **_: Any) -> None:
 async def model_daemon(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any) -> None:
     wakeup = asyncio.Event()
     memo["wakeup"] = wakeup
+    key = (body["metadata"]["namespace"], body["metadata"]["name"])
+    _wakeups[key] = wakeup
     reconciler: Reconciler = memo["reconciler"]
     protector = ModelProtection(memo["protector"])
     settings = reconciler.settings
@@ -94,8 +119,11 @@ async def model_daemon(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
             outcome = await asyncio.to_thread(_reconcile_once, reconciler, plain, protection, resync)
             last_resync = time.monotonic() if resync else last_resync
             settled = not outcome.busy
+            # A rollout is watched (wake_model), so a model waiting on one is not polled at the busy
+            # interval: 1,000 models rolling out would otherwise mean 500 reconciles a second.
+            polled = outcome.busy and outcome.status["phase"] != Phase.DEPLOYING.value
             interval = min(
-                settings.busy_interval if outcome.busy else settings.idle_interval,
+                settings.busy_interval if polled else settings.idle_interval,
                 protector.seconds_to_next(),
             )
             failures = 0
@@ -119,7 +147,9 @@ async def model_daemon(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
         except TimeoutError:
             woken = False
         wakeup.clear()
-    _phases.pop((body["metadata"]["namespace"], body["metadata"]["name"]), None)
+    if _wakeups.get(key) is wakeup:
+        del _wakeups[key]
+    _phases.pop(key, None)
     operator_metrics.forget_model(body["metadata"]["namespace"], body["metadata"]["name"])
     _publish_phase_counts()
 

@@ -19,6 +19,9 @@ from kvant_operator.kube_door import ensure_applied
 
 Obj = dict[str, Any]
 FIELD_MANAGER = "kvant"
+# Reconciles run in threads (the client is synchronous) and mostly wait on the API server, so more run
+# at once than there are CPUs: on a model's first pass, 8 applies and a status write one after another.
+RECONCILE_THREADS = 16
 log = logging.getLogger("kvant.operator.kube")
 
 
@@ -35,13 +38,15 @@ def _counted(api: client.ApiClient) -> client.ApiClient:
 
 
 def api_client() -> Any:
+    configuration = client.Configuration()
     try:
-        kube_config.load_incluster_config()
-        from kubernetes import client  # noqa: PLC0415 - the in-cluster config lands in the default client
-
-        return client.ApiClient()
+        kube_config.load_incluster_config(client_configuration=configuration)
     except kube_config.ConfigException:
-        return kube_config.new_client_from_config()
+        kube_config.load_kube_config(client_configuration=configuration)
+    # One pooled connection per reconcile thread; the client's default (5 per CPU) would make each
+    # thread past it open, and then drop, a new TLS connection per request.
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, RECONCILE_THREADS)
+    return client.ApiClient(configuration)
 
 
 class Kube:

@@ -6,14 +6,23 @@ of the API server, that is a few requests per model per minute; asked of indexes
 label-selected watches (registered in handlers.py), it is none. `CachedKube` wraps the real door,
 answers those reads from the indexes, and sends everything else on.
 
-An index keeps a summary of each object, not the object (identity, labels, the applied-hash
-annotation, status; for pods also the init containers' images), so thousands of objects cost little
-memory. So `get` answers from the index only for objects Kvant applied: what `ensure` and the rollout
-status read. Everything else, such as an artifact record's data, comes from the API server.
+An index keeps a summary of each object, not the object (identity, labels, owners' uids, the
+applied-hash annotation; a Deployment's rollout counters; a pod's status and init containers'
+images), so thousands of objects cost little memory. So `get` answers from the index only for objects
+Kvant applied: what `ensure` and the rollout status read. Everything else, such as an artifact
+record's data, comes from the API server. Each serving object is filed twice: by name (for `get`) and
+by model (for prune's list).
 
 Freshness:
-- an object the index has not seen is a real GET, never "absent": an unseen object is not re-created
-  blindly, and an object Kvant did not apply (no hash) is read whole;
+- kopf fills every index before any handler runs, so an object to `ensure` that the index has not seen
+  (and that this operator did not just write) does not exist, or Kvant did not apply it: it is applied
+  without a GET first. That is a model's first pass: 8 applies, not 8 GETs that answer 404 and then 8
+  applies. Had the object existed after all (another writer a moment ago), the apply changes nothing;
+- `get` of an object the index has not seen is a real GET, never "absent": an object Kvant did not
+  apply (no hash), such as an artifact record, is read whole;
+- a list of one model's serving objects (prune's, on a spec change) comes from the index: every such
+  object is applied with the hash, so indexed. One applied earlier in the same pass may not show yet;
+  prune then keeps it, which it would anyway (it is desired);
 - after the operator's own apply, the object is read from the API server until the index shows the
   applied hash of that write (at most WRITE_SETTLE_S), so the reconcile right after an engine edit sees
   the new Deployment generation, as it did without the cache (a resourceVersion would not do: a
@@ -34,7 +43,13 @@ from typing import Any
 
 from kvant_operator.kube_door import ApplyingDoor, Obj, ensure_applied
 from kvant_operator.render import serving
-from kvant_operator.render.meta import APPLIED_HASH, MANAGED_BY, MODEL_LABEL
+from kvant_operator.render.meta import (
+    APPLIED_HASH,
+    COMPONENT_LABEL,
+    MANAGED_BY,
+    MODEL_LABEL,
+    SERVING_COMPONENT,
+)
 
 WRITE_SETTLE_S = 30.0  # after this, a write the watch never showed (a missed event) stops bypassing it
 
@@ -63,32 +78,43 @@ class CachedKind:
 # indexed by (namespace, name).
 SERVING_KINDS = tuple(CachedKind(*kind) for kind in serving.SERVING_KINDS)
 SERVING_SELECTOR = f"app.kubernetes.io/managed-by={MANAGED_BY}"
-# Pods of every model (engines, routers, Jobs), watched by the model label and indexed by
-# (namespace, model): a pod list that selects one model is answered from its entry.
+# Pods of every model (engines, routers, Jobs), watched by the model label and indexed by model: a
+# pod list that selects one model is answered from its entry.
 PODS = CachedKind("v1", "Pod", "pods")
 PODS_SELECTOR = MODEL_LABEL
+
+# What the rollout status reads of a Deployment's status (serving_step.rollout_pending), all the index
+# keeps of it: its conditions and the other kinds' statuses are most of what a summary would weigh.
+ROLLOUT_STATUS = ("observedGeneration", "replicas", "updatedReplicas", "readyReplicas")
 
 # What kopf hands over as an index: a key maps to the entries of every object filed under it.
 Index = Mapping[Any, Iterable[Obj]]
 
 
-def serving_entry(body: Mapping[str, Any]) -> dict[tuple[str, str], Obj] | None:
-    """What a serving kind's index keeps of one object; None (not indexed) when Kvant did not apply it."""
+def serving_entry(body: Mapping[str, Any]) -> dict[tuple[str, ...], Obj] | None:
+    """What a serving kind's index keeps of one object, by name and by model; None (not indexed) when
+    Kvant did not apply it."""
     meta = body["metadata"]
     applied = (meta.get("annotations") or {}).get(APPLIED_HASH)
     if not applied:
         return None
+    owners = [{"uid": o.get("uid")} for o in meta.get("ownerReferences") or []]  # what prune checks
     summary: Obj = {
         "apiVersion": body.get("apiVersion"),
         "kind": body.get("kind"),
-        "metadata": {**_identity(meta), "annotations": {APPLIED_HASH: applied}},
+        "metadata": {**_identity(meta), "annotations": {APPLIED_HASH: applied}, "ownerReferences": owners},
     }
-    if body.get("status") is not None:
-        summary["status"] = copy.deepcopy(dict(body["status"]))
-    return {(meta["namespace"], meta["name"]): summary}
+    status = body.get("status") or {}
+    if body.get("kind") == "Deployment":  # the one kind whose status a reconcile reads
+        summary["status"] = {key: status[key] for key in ROLLOUT_STATUS if key in status}
+    entry: dict[tuple[str, ...], Obj] = {(meta["namespace"], meta["name"]): summary}
+    model = summary["metadata"]["labels"].get(MODEL_LABEL)
+    if model:
+        entry[_by_model(meta["namespace"], model)] = summary
+    return entry
 
 
-def pod_entry(body: Mapping[str, Any]) -> dict[tuple[str, str], Obj] | None:
+def pod_entry(body: Mapping[str, Any]) -> dict[tuple[str, ...], Obj] | None:
     """What the pod index keeps of one pod: what protection and the engine check read."""
     meta = body["metadata"]
     model = (meta.get("labels") or {}).get(MODEL_LABEL)
@@ -106,7 +132,12 @@ def pod_entry(body: Mapping[str, Any]) -> dict[tuple[str, str], Obj] | None:
     }
     if meta.get("deletionTimestamp"):
         summary["metadata"]["deletionTimestamp"] = meta["deletionTimestamp"]
-    return {(meta["namespace"], model): summary}
+    return {_by_model(meta["namespace"], model): summary}
+
+
+def _by_model(namespace: str, model: str) -> tuple[str, str, str]:
+    """The key that files an object under its model; a name key is a pair, so the two never meet."""
+    return ("model", namespace, model)
 
 
 def _identity(meta: Mapping[str, Any]) -> Obj:
@@ -142,19 +173,31 @@ class CachedKube:
         return self.kube.get(api_version, kind, namespace, name)
 
     def list(self, api_version: str, kind: str, namespace: str, label_selector: str) -> list[Obj]:
-        terms = _equality_terms(label_selector)
-        model = (terms or {}).get(MODEL_LABEL)
-        if (api_version, kind) != ("v1", "Pod") or self._pods is None or terms is None or model is None:
+        terms = _equality_terms(label_selector) or {}
+        model = terms.get(MODEL_LABEL)
+        if (api_version, kind) == ("v1", "Pod"):
+            index = self._pods
+        elif terms.get(COMPONENT_LABEL) == SERVING_COMPONENT:  # applied with the hash, so indexed
+            index = self._serving.get((api_version, kind))
+        else:
+            index = None
+        if index is None or not terms or model is None:
             return self.kube.list(api_version, kind, namespace, label_selector)
-        # Every pod that matches carries the model label, so the index has seen it (within the
+        # Every object that matches carries the model label, so the index has seen it (within the
         # watch's delay, as a LIST would have within its own).
         return [
-            copy.deepcopy(pod)
-            for pod in _entries(self._pods, (namespace, model))
-            if all(pod["metadata"]["labels"].get(k) == v for k, v in terms.items())
+            copy.deepcopy(found)
+            for found in _entries(index, _by_model(namespace, model))
+            if all(found["metadata"]["labels"].get(k) == v for k, v in terms.items())
         ]
 
     def ensure(self, obj: Obj) -> bool:
+        meta = obj["metadata"]
+        key = (obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+        index = self._serving.get(key[:2])
+        if index is not None and key not in self._writes and not _entries(index, key[2:]):
+            self.apply(obj)  # unseen, so absent (see Freshness): a GET would only say so
+            return True
         return ensure_applied(self, obj)
 
     def apply(self, obj: Obj) -> Obj:
@@ -202,7 +245,7 @@ def _single(index: Index, key: tuple[str, str]) -> Obj | None:
     return found[0] if len(found) == 1 else None
 
 
-def _entries(index: Index, key: tuple[str, str]) -> list[Obj]:
+def _entries(index: Index, key: tuple[str, ...]) -> list[Obj]:
     try:
         return list(index[key])  # one copy: kopf, on its event loop, may change the entry meanwhile
     except KeyError:

@@ -40,7 +40,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     import kopf  # noqa: PLC0415 - only the operator command needs kopf loaded
 
-    from kvant_operator import handlers, operator_metrics  # noqa: F401, PLC0415 - registers the handlers
+    from kvant_operator import (  # noqa: F401, PLC0415 - registers the handlers
+        handlers,
+        kopf_session,
+        operator_metrics,
+    )
 
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.JSON, log_refkey="object")
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
@@ -58,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
             priority=args.priority if args.priority is not None else random.randrange(1, 2**31),
             standalone=args.peering is None,
             liveness_endpoint=args.liveness,
+            memo=kopf.Memo(watched_namespaces=len(args.namespace)),  # kopf_session's connection bound
         )
     )
     return 0

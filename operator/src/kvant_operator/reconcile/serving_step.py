@@ -13,7 +13,7 @@ from kvant_operator.artifact_recipe import artifact_key, artifact_location, need
 from kvant_operator.kube_door import KubeDoor
 from kvant_operator.reconcile.engine_check import read_engine_check
 from kvant_operator.reconcile.state import Obj, Pass
-from kvant_operator.render.meta import COMPONENT_LABEL, MODEL_LABEL, with_applied_hash
+from kvant_operator.render.meta import COMPONENT_LABEL, MODEL_LABEL, SERVING_COMPONENT, with_applied_hash
 from kvant_operator.render.roles import roles, workload_name
 from kvant_operator.render.router import router_role
 from kvant_operator.render.serving import SERVING_KINDS, ServingInputs, serving_objects
@@ -49,7 +49,7 @@ def prune(body: Obj, kube: KubeDoor, desired: list[Obj]) -> None:
     model owns, each by its uid."""
     keep = {(o["apiVersion"], o["kind"], o["metadata"]["name"]) for o in desired}
     namespace, model = body["metadata"]["namespace"], body["metadata"]["name"]
-    selector = f"{MODEL_LABEL}={model},{COMPONENT_LABEL}=serving"
+    selector = f"{MODEL_LABEL}={model},{COMPONENT_LABEL}={SERVING_COMPONENT}"
     for api_version, kind, _ in SERVING_KINDS:
         if kind == "ConfigMap":  # the limits ConfigMap is always rendered; records are never deleted
             continue

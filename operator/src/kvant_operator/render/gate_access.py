@@ -14,7 +14,7 @@ import copy
 
 from kvant_operator.render.api_identity import api_access_mount, api_access_volume, api_identity
 from kvant_operator.render.limits_configmap import limits_name
-from kvant_operator.render.meta import Obj, object_meta
+from kvant_operator.render.meta import SERVING_COMPONENT, Obj, object_meta
 
 VOLUME = "gate-api-access"
 VERBS = ["get", "list", "watch"]
@@ -33,7 +33,7 @@ def gate_identity(body: Obj) -> list[Obj]:
         "resourceNames": [limits_name(model)],
         "verbs": VERBS,
     }
-    return api_identity(object_meta(body, gate_account(model), "serving"), [rule])
+    return api_identity(object_meta(body, gate_account(model), SERVING_COMPONENT), [rule])
 
 
 def with_gate_api_access(pod_spec: Obj, body: Obj) -> Obj:

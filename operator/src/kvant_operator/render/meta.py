@@ -12,6 +12,7 @@ Obj = dict[str, Any]
 MANAGED_BY = "kvant"
 MODEL_LABEL = "kvant.dev/model"
 COMPONENT_LABEL = "app.kubernetes.io/component"
+SERVING_COMPONENT = "serving"  # every serving object but the limits ConfigMap (component "limits")
 ROLE_LABEL = "kvant.dev/role"
 APPLIED_HASH = "kvant.dev/applied-hash"
 

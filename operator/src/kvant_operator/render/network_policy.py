@@ -13,7 +13,7 @@ network plugin; the local test cluster has none, so there it is rendered and val
 from __future__ import annotations
 
 from kvant_contracts.serving_pod import GATE_PORT, METRICS_PORT
-from kvant_operator.render.meta import MODEL_LABEL, Obj, object_meta
+from kvant_operator.render.meta import MODEL_LABEL, SERVING_COMPONENT, Obj, object_meta
 from kvant_operator.render.roles import KIND_LABEL, Role, RoleKind, workload_name
 from kvant_operator.render.router import MESH_PORT
 from kvant_operator.settings import OperatorSettings
@@ -48,7 +48,7 @@ def _policy(body: Obj, name: str, kind: RoleKind, ingress: list[Obj]) -> Obj:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": object_meta(body, name, "serving"),
+        "metadata": object_meta(body, name, SERVING_COMPONENT),
         "spec": {
             "podSelector": {"matchLabels": {MODEL_LABEL: model, KIND_LABEL: kind.value}},
             "policyTypes": ["Ingress"],

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from kvant_operator.api.spec import DisaggregationMode, KvCacheDtype, QuantizedModelSpec, RoleSpec
-from kvant_operator.render.meta import MODEL_LABEL, ROLE_LABEL, Obj, object_meta
+from kvant_operator.render.meta import MODEL_LABEL, ROLE_LABEL, SERVING_COMPONENT, Obj, object_meta
 
 KIND_LABEL = "kvant.dev/component"
 
@@ -101,6 +101,6 @@ def disruption_budget(body: Obj, role: Role) -> Obj:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": object_meta(body, workload_name(model, role), "serving"),
+        "metadata": object_meta(body, workload_name(model, role), SERVING_COMPONENT),
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": role.selector(model)}},
     }

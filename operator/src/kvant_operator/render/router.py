@@ -24,7 +24,7 @@ from __future__ import annotations
 from kvant_contracts.serving_pod import GATE_PORT, METRICS_PORT
 from kvant_operator.api.spec import DisaggregationMode, QuantizedModelSpec
 from kvant_operator.render.api_identity import api_access_mount, api_access_volume, api_identity
-from kvant_operator.render.meta import MODEL_LABEL, ROLE_LABEL, Obj, object_meta
+from kvant_operator.render.meta import MODEL_LABEL, ROLE_LABEL, SERVING_COMPONENT, Obj, object_meta
 from kvant_operator.render.pod_security import restricted
 from kvant_operator.render.roles import (
     KIND_LABEL,
@@ -114,7 +114,7 @@ def router_objects(body: Obj, spec: QuantizedModelSpec, settings: OperatorSettin
 
 
 def _meta(body: Obj, name: str) -> Obj:
-    meta = object_meta(body, name, "serving")
+    meta = object_meta(body, name, SERVING_COMPONENT)
     meta["labels"][KIND_LABEL] = RoleKind.ROUTER.value
     return meta
 

@@ -27,7 +27,7 @@ from kvant_operator.render.engine_launcher import VOLUME as LAUNCHER_VOLUME
 from kvant_operator.render.engine_launcher import engine_command, init_containers
 from kvant_operator.render.gate_access import gate_identity, with_gate_api_access
 from kvant_operator.render.limits_configmap import LIMITS_FILE, limits_configmap, limits_name
-from kvant_operator.render.meta import Obj, object_meta
+from kvant_operator.render.meta import SERVING_COMPONENT, Obj, object_meta
 from kvant_operator.render.network_policy import network_policies
 from kvant_operator.render.pod_security import restricted
 from kvant_operator.render.roles import Role, disruption_budget, role_deployment, roles, workload_name
@@ -97,7 +97,7 @@ def serving_objects(inputs: ServingInputs, effective_concurrency: int | None) ->
 
 def deployment(inputs: ServingInputs, role: Role) -> Obj:
     body, model = inputs.body, inputs.model
-    meta = object_meta(body, workload_name(model, role), "serving")
+    meta = object_meta(body, workload_name(model, role), SERVING_COMPONENT)
     meta["labels"].update(role.labels(model))
     pod: Obj = {
         "containers": [_engine_container(inputs, role), _gate_container(inputs, role)],
@@ -248,7 +248,7 @@ def _gate_container(inputs: ServingInputs, role: Role) -> Obj:
 
 def service(body: Obj, role: Role, name: str | None = None) -> Obj:
     model = body["metadata"]["name"]
-    meta = object_meta(body, name or workload_name(model, role), "serving")
+    meta = object_meta(body, name or workload_name(model, role), SERVING_COMPONENT)
     meta["labels"].update(role.labels(model))
     return {
         "apiVersion": "v1",
