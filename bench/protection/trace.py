@@ -26,7 +26,7 @@ requests that arrived in the window are waited for `--drain` seconds more, then 
 good). Retractions are counted over the whole replay. The same seed gives every front the same
 arrivals and the same prompts.
 
-    python bench/protection/trace.py [--traces lognormal,bursty,long-context] [--seconds 15] [--json out.json]
+    python bench/protection/trace.py [--traces long-context,bursty,lognormal] [--seconds 15] [--json out.json]
 """
 
 from __future__ import annotations
@@ -176,14 +176,16 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--traces", default=",".join(TRACES), help="comma-separated, of: " + ", ".join(TRACES)
+        "--traces",
+        default=",".join(reversed(TRACES)),  # the headline first: every feature at once
+        help="comma-separated, of: " + ", ".join(TRACES),
     )
     parser.add_argument("--bf16-tokens", type=int, default=65536, help="KV capacity of the BF16 plan")
     parser.add_argument("--seconds", type=float, default=15.0, help="measured window per cell")
     parser.add_argument("--warmup", type=float, default=6.0, help="unmeasured seconds before the window")
     parser.add_argument("--drain", type=float, default=15.0, help="wait this long after the last arrival")
     parser.add_argument("--json", type=Path)
-    add_plot_arguments(parser, "goodput-trace.png beside this file (the last trace, SLO 1.5x)")
+    add_plot_arguments(parser, "goodput-trace.png beside this file (the first trace)")
     args = parser.parse_args()
     names = args.traces.split(",")
     if unknown := [n for n in names if n not in TRACES]:
@@ -196,7 +198,6 @@ def main() -> None:
     print(f"KV capacity: bf16 {capacity['bf16']} tokens, fp8 {capacity['fp8_e4m3']} tokens")
     print(f"answers {OUTPUT_LENGTHS} under max_new_tokens {MAX_TOKENS}; window {args.seconds:g} s")
     report: dict[str, Any] = {"capacity": capacity, "traces": {}}
-    rows: list[dict[str, Any]] = []
     for name in names:
         shape = TRACES[name]
         load = one_x(shape, capacity["bf16"])
@@ -227,10 +228,23 @@ def main() -> None:
     _print_goals(report)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
-    if png and rows:
-        flat = [{**r, **{m: {"goodput": r[m]["goodput"]["1.5"]} for m in MODES}} for r in rows]
-        title = f"trace {names[-1]}: answers {OUTPUT_LENGTHS}, max_tokens {MAX_TOKENS}; SLO 1.5x unloaded"
-        print(f"plot: {goodput_by_load(flat, MODES, png, title, 'arrival rate (x the BF16 cache)')}")
+    if png:
+        print(f"plot: {plot(report, names[0], png)}")
+
+
+def plot(report: dict[str, Any], name: str, png: Path) -> Path:
+    """Goodput against arrival rate for one trace: a panel per KV dtype and SLO, a line per front."""
+    flat = [
+        {
+            **row,
+            "kv": f"SLO {slo:g}x: {row['kv']}",
+            **{m: {"goodput": row[m]["goodput"][str(slo)]} for m in MODES},
+        }
+        for slo in SLOS
+        for row in report["traces"][name]["rows"]
+    ]
+    title = f"trace {name}: answers {OUTPUT_LENGTHS}, max_tokens {MAX_TOKENS}; SLO = k x no-queue latency"
+    return goodput_by_load(flat, MODES, png, title, "arrival rate (x the BF16 cache)")
 
 
 def _print_cell(dtype: str, factor: int, mode: str, cell: dict[str, Any]) -> None:
