@@ -10,7 +10,7 @@ from pathlib import Path
 import aiohttp
 
 from kvant_runtime.gate.forecast import MIN_SAMPLES
-from kvant_runtime.gate.proxy import streamed_output_tokens
+from kvant_runtime.gate.proxy import STREAM_TAIL_BYTES, streamed_output_tokens
 from kvant_runtime.sim.cost import CostModel
 from kvant_runtime.sim.engine import Engine, EngineConfig
 from kvant_runtime.sim.output_lengths import parse_output_lengths
@@ -93,3 +93,29 @@ def test_a_stream_without_a_count_falls_back_to_one_token_per_event() -> None:
     cut = b'_ids":[1,2,3],"meta_info":{"completion_tokens":3}}\n\ndata: [DONE]\n\n'  # tail began mid-event
     assert streamed_output_tokens(cut, events=9) == [8]  # counted: the cut event cannot be read
     assert streamed_output_tokens(b"", events=0) == []
+
+
+def test_a_stream_longer_than_the_kept_tail_still_reads_its_last_event(tmp_path: Path) -> None:
+    # Two tokens per chunk, each repeating the text and ids so far: 600 tokens stream about 1 MB, far
+    # past the 256 KiB the gate keeps, and the gate must still read the final count (counting the 301
+    # events would say 300).
+    sim = SimServer(
+        Engine(EngineConfig(kv_tokens=200_000, max_running_requests=8, context_length=8192, cost=FAST)),
+        ServerInfo("tiny", stream_interval=2),
+    )
+
+    async def scenario() -> None:
+        limits = KubeletLimitsDir(tmp_path)
+        limits.write({"maxConcurrency": 64, "concurrency": {"min": 1}, "admission": "forecast"})
+        async with (
+            serving(sim.app()) as engine_url,
+            gate_in_front_of(engine_url, limits) as (gate, url),
+            aiohttp.ClientSession() as session,
+        ):
+            body = {"text": "question", "sampling_params": {"max_new_tokens": 600, "ignore_eos": True}}
+            async with session.post(url + "/generate", json={**body, "stream": True}) as resp:
+                streamed = len(await resp.read())
+            assert streamed > STREAM_TAIL_BYTES
+            assert list(gate.forecast._recent) == [600]
+
+    run(scenario())

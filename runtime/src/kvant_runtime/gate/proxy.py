@@ -10,6 +10,7 @@ SSE streams are never buffered.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 
@@ -202,7 +203,10 @@ async def _relay(
             outputs += answered_output_tokens(body)
         return web.Response(status=upstream.status, reason=upstream.reason, headers=headers, body=body)
     events = 0  # SSE events relayed
-    tail = bytearray()  # the stream's last bytes, where its final event tells the output length
+    # The stream's last chunks, at least STREAM_TAIL_BYTES of them, where its final event tells the
+    # output length. Whole chunks are dropped from the front: no copy of the tail per chunk.
+    tail: collections.deque[bytes] = collections.deque()
+    kept = 0
     response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
     if length is not None:
         response.content_length = length
@@ -210,8 +214,10 @@ async def _relay(
     try:
         async for chunk in upstream.content.iter_any():
             events += chunk.count(b"data:")
-            tail += chunk
-            del tail[:-STREAM_TAIL_BYTES]
+            tail.append(chunk)
+            kept += len(chunk)
+            while kept - len(tail[0]) >= STREAM_TAIL_BYTES:
+                kept -= len(tail.popleft())
             await response.write(chunk)
     except aiohttp.ClientError as err:
         # Headers are gone already; closing without the final chunk tells the client it is cut short.
@@ -221,7 +227,7 @@ async def _relay(
         return response
     await response.write_eof()
     if outputs is not None:
-        outputs += streamed_output_tokens(bytes(tail), events)
+        outputs += streamed_output_tokens(b"".join(tail)[-STREAM_TAIL_BYTES:], events)
     return response
 
 
