@@ -11,8 +11,8 @@ admission the gate reserves for the requests in flight together, as a statistica
   `forecastQuantile` (0.95 by default). So the reserved total covers the in-flight answers' total
   with about that probability (the sum of n independent lengths is close to normal). Reserving a
   high quantile per sequence instead would reserve n x q95: on a lognormal(300, 0.8) trace 2.7x the
-  mean per sequence, the same worst case at a smaller scale (measured: a 39 % 429 rate at the load
-  the cache is sized for, bench/protection/trace.py);
+  mean per sequence, the same worst case at a smaller scale (measured: 39 % of requests turned away
+  at the load that fills the cache, bench/protection/trace.py);
 - until `MIN_SAMPLES` completions are seen each sequence reserves its whole limit (worst case);
 - live engine signals correct it, as SGLang corrects its own `new_token_ratio` after a retraction:
   a tick on which the engine holds more KV than the gate reserved for what it admitted (beyond the
