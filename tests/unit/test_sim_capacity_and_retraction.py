@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from kvant_runtime.sim.engine import Engine, EngineConfig, RequestRejected
+from kvant_runtime.sim.engine import Engine, EngineConfig, RequestRejected, StepResult
 
 
 def run_to_completion(engine: Engine, on_step=None) -> float:
@@ -62,15 +62,20 @@ def test_retracted_request_returns_to_the_queue_loses_its_kv_and_still_finishes(
     assert len(first.output_ids) == len(second.output_ids) == 80
 
 
-def test_a_retracted_request_frees_its_kv_immediately():
-    engine = overcommitting_engine()
+def first_retraction(engine: Engine) -> StepResult:
+    """Two requests that outgrow `overcommitting_engine`'s cache, stepped until one is retracted."""
     engine.submit("a", 100, 80, 0.0, prompt_key="a")
     engine.submit("b", 100, 80, 0.0, prompt_key="b")
     now = 0.0
     while (step := engine.step(now)) is not None and not step.retracted:
         now = step.end
     assert step is not None
-    victim = step.retracted[0]
+    return step
+
+
+def test_a_retracted_request_frees_its_kv_immediately():
+    engine = overcommitting_engine()
+    victim = first_retraction(engine).retracted[0]
     assert victim.kv_tokens == 0
     assert engine.waiting[0] is victim
     assert engine.used_kv_tokens == sum(r.kv_tokens for r in engine.running) <= 300
@@ -118,11 +123,7 @@ def test_a_retraction_costs_a_re_prefill_of_the_prompt_and_every_token_generated
     # SGLang keeps a retracted request's output and recomputes its KV on re-admission: prompt plus
     # generated tokens, at prefill cost. The simulator charges exactly that, no more, no less.
     engine = overcommitting_engine()
-    engine.submit("a", 100, 80, 0.0, prompt_key="a")
-    engine.submit("b", 100, 80, 0.0, prompt_key="b")
-    now = 0.0
-    while (step := engine.step(now)) is not None and not step.retracted:
-        now = step.end
+    step: StepResult | None = first_retraction(engine)
     assert step is not None
     victim, generated = step.retracted[0], len(step.retracted[0].output_ids)
     assert generated > 0

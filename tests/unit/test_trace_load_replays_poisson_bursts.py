@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -48,15 +49,16 @@ def test_a_trace_that_cannot_run_is_refused(bad: Trace) -> None:
         arrivals(bad)
 
 
-def test_a_replay_streams_times_the_first_token_and_reads_each_length() -> None:
-    config = EngineConfig(
-        kv_tokens=200_000,
-        max_running_requests=64,
-        context_length=8192,
-        cost=CostModel(decode_base_s=0.001, decode_per_request_s=0.0, prefill_per_token_s=0.0),
-        output_lengths=parse_output_lengths("lognormal:30,0.5"),
+def _simulator(decode_base_s: float, **config: Any) -> Engine:
+    cost = CostModel(decode_base_s=decode_base_s, decode_per_request_s=0.0, prefill_per_token_s=0.0)
+    return Engine(
+        EngineConfig(kv_tokens=200_000, max_running_requests=64, context_length=8192, cost=cost, **config)
     )
-    sim = SimServer(Engine(config), ServerInfo("tiny", stream_interval=8))
+
+
+def test_a_replay_streams_times_the_first_token_and_reads_each_length() -> None:
+    engine = _simulator(0.001, output_lengths=parse_output_lengths("lognormal:30,0.5"))
+    sim = SimServer(engine, ServerInfo("tiny", stream_interval=8))
     trace = Trace(rate=20.0, seconds=1.0, prompt_median=50, max_tokens=400, max_prompt=200)
 
     async def scenario() -> None:
@@ -73,16 +75,11 @@ def test_a_replay_streams_times_the_first_token_and_reads_each_length() -> None:
 
 
 def test_requests_unanswered_at_the_end_of_the_drain_are_cut() -> None:
-    slow = EngineConfig(
-        kv_tokens=200_000,
-        max_running_requests=64,
-        context_length=8192,
-        cost=CostModel(decode_base_s=0.05, decode_per_request_s=0.0, prefill_per_token_s=0.0),
-    )
+    slow = _simulator(0.05)
     trace = Trace(rate=10.0, seconds=0.5, prompt_median=50, max_tokens=400, max_prompt=200)
 
     async def scenario() -> None:
-        async with serving(SimServer(Engine(slow), ServerInfo("tiny")).app()) as url:
+        async with serving(SimServer(slow, ServerInfo("tiny")).app()) as url:
             outcomes = await replay(url, trace, drain_seconds=0.5)  # 400 tokens take 20 s
         assert outcomes and all(o.status == CUT and o.latency is None for o in outcomes)
 

@@ -26,6 +26,7 @@ import aiohttp
 
 CHARS_PER_TOKEN = 4  # as the gate and the simulator count prompts (kvant_runtime.tokens)
 MIN_PROMPT = 16
+TAIL_BYTES = 1 << 18  # of a stream, kept to read its last event (SGLang's repeats the text so far)
 CUT = 0  # the status of a request cut at the end of the drain, or failed on the wire
 
 
@@ -104,12 +105,14 @@ async def _send(
                 await response.read()
                 outcome.status = response.status
                 return
-            last = b""
+            tail = bytearray()
             async for chunk in response.content.iter_any():
                 if outcome.ttft is None and b"data:" in chunk:
                     outcome.ttft = time.monotonic() - sent
-                last = (last + chunk)[-(1 << 18) :]
-            outcome.output_tokens = _last_count(last)
+                tail += chunk
+                if len(tail) > 2 * TAIL_BYTES:  # trimmed now and then, not copied on every chunk
+                    del tail[:-TAIL_BYTES]
+            outcome.output_tokens = _last_count(bytes(tail[-TAIL_BYTES:]))
             outcome.latency = time.monotonic() - sent
             outcome.status = 200
     except (aiohttp.ClientError, TimeoutError):
