@@ -125,3 +125,6 @@ unpack_debs prometheus-deb usr/bin/prometheus prometheus
 # kube-proxy's nftables mode runs the `nft` command; its libraries travel with it (LD_LIBRARY_PATH).
 unpack_debs nftables-deb usr/sbin/nft nftables libnftables1 libnftnl11 libmnl0 libjansson4 libxtables12
 log "binaries ready in $BIN"
+# The real SGLang engine's environment, the "image" the node agent runs lmsysorg/sglang images from.
+bash "$(dirname "$0")/engine-image.sh" >/dev/null
+log "engine image ready"

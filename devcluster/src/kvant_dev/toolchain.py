@@ -38,6 +38,26 @@ def kstatus_source_key() -> str:
     return hashlib.sha256(listing.encode()).hexdigest()[:8]
 
 
+# The local cluster's SGLang engine "image" (an environment of its own; see hack/engine-image.sh).
+ENGINE_IMAGE_SCRIPT = Path(__file__).resolve().parents[3] / "hack" / "engine-image.sh"
+ENGINE_ENVIRONMENT = "sglang-engine"  # its name in nodeagent/images.yaml
+
+
+def built_environment(name: str) -> Path | None:
+    """The folder of an image's environment (images.yaml `environment`) once built, else None; never
+    builds one (`make tools` does)."""
+    if name != ENGINE_ENVIRONMENT:
+        return None
+    done = subprocess.run(
+        ["bash", str(ENGINE_IMAGE_SCRIPT), "--locate"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    return Path(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip() else None
+
+
 class MissingBinaryError(RuntimeError):
     pass
 

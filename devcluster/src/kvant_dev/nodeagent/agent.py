@@ -26,6 +26,7 @@ from kvant_dev.nodeagent.rootfs import read_host_submounts
 from kvant_dev.nodeagent.sandbox import PodNetwork
 from kvant_dev.nodeagent.scrape_targets import write_targets
 from kvant_dev.nodeagent.volumes import KUBELET_SYNC_SECONDS
+from kvant_dev.toolchain import built_environment
 
 Obj = dict[str, Any]
 log = logging.getLogger("kvant.nodeagent")
@@ -72,7 +73,7 @@ class NodeAgent:
         self.ctx = PodContext(
             lookup=self._lookup,
             token_source=self._token,
-            image_map=load_image_map(),
+            image_map=load_image_map(built_environment),
             base_env=self._base_env,
             root=config.root,
             node_root=config.root / "fs",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,11 +19,28 @@ class UnsupportedImageError(ValueError):
 class LocalImage:
     name: str
     entrypoint: list[str]
+    # The Python environment the image's processes run from (its bin/ leads PATH), where it is not the
+    # project's own: the real SGLang engine has an environment of its own (hack/engine-image.sh).
+    bin_dir: Path | None = None
+    missing: str | None = None  # why the image cannot run here (its environment is not built)
 
 
-def load_image_map() -> dict[str, LocalImage]:
-    raw: dict[str, dict[str, list[str]]] = yaml.safe_load(_MAP_FILE.read_text())
-    return {name: LocalImage(name, list(spec["entrypoint"])) for name, spec in raw.items()}
+def load_image_map(environments: Callable[[str], Path | None] | None = None) -> dict[str, LocalImage]:
+    """Every runnable image; `environments` finds a named environment's folder (None: not built)."""
+    raw: dict[str, dict[str, object]] = yaml.safe_load(_MAP_FILE.read_text())
+    images = {}
+    for name, spec in raw.items():
+        entrypoint = [str(part) for part in spec["entrypoint"]]  # type: ignore[attr-defined]
+        environment = spec.get("environment")
+        if environment is None:
+            images[name] = LocalImage(name, entrypoint)
+            continue
+        found = environments(str(environment)) if environments is not None else None
+        missing = (
+            None if found is not None else f"its environment {environment!r} is not built: {spec['build']}"
+        )
+        images[name] = LocalImage(name, entrypoint, found / "bin" if found else None, missing)
+    return images
 
 
 def repository_name(image: str) -> str:
@@ -38,5 +56,9 @@ def resolve(image: str, image_map: dict[str, LocalImage]) -> LocalImage:
         raise UnsupportedImageError(
             f"image {image!r} cannot run on the Kvant local node agent (no container runtime here); "
             f"runnable images end in one of: {runnable} (see kvant_dev/nodeagent/images.yaml)"
+        )
+    if found.missing is not None:
+        raise UnsupportedImageError(
+            f"image {image!r} cannot run on the Kvant local node agent: {found.missing}"
         )
     return found

@@ -168,7 +168,9 @@ class PodRunner:
 
     def _start(self, container: Container) -> None:
         try:
-            env = container_env(self._pod_with_ips(), container.spec, self.ctx.lookup, self._base_env())
+            env = container_env(
+                self._pod_with_ips(), container.spec, self.ctx.lookup, self._base_env(container.image)
+            )
         except EnvError as err:
             container.last_state = {}
             self.waiting = {"reason": "CreateContainerConfigError", "message": str(err)}
@@ -214,8 +216,11 @@ class PodRunner:
             mounts.append(Mount(etc / "resolv.conf", resolve_mount_path("/etc/resolv.conf"), read_only=True))
         return mounts
 
-    def _base_env(self) -> dict[str, str]:
-        return {**self.ctx.base_env(self.namespace), "HOSTNAME": self.sandbox.hostname}
+    def _base_env(self, image: LocalImage) -> dict[str, str]:
+        env = {**self.ctx.base_env(self.namespace), "HOSTNAME": self.sandbox.hostname}
+        if image.bin_dir is not None:  # an image with an environment of its own: its Python first
+            env["PATH"] = f"{image.bin_dir}:{env['PATH']}"
+        return env
 
     def _pod_with_ips(self) -> Obj:
         return {
