@@ -61,6 +61,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks")
     parser.set_defaults(run=_run)
     _register_tiny_model(subparsers)
+    _register_tiny_chat_model(subparsers)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -141,4 +142,25 @@ def _run_tiny_model(args: argparse.Namespace) -> int:
         args.output, arch=args.arch, dtype=args.dtype, shards=args.shards, seed=args.seed
     )
     print(f"wrote {args.arch} ({args.dtype}) checkpoint to {path}")
+    return 0
+
+
+def _register_tiny_chat_model(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "tiny-chat-model",
+        help="write the tiny trained chat model (its own BPE tokenizer and chat template) that the real "
+        "SGLang engine serves in the local cluster; trained once (minutes), then copied from the cache",
+    )
+    parser.add_argument("output", type=Path, metavar="OUTPUT_DIR")
+    parser.set_defaults(run=_run_tiny_chat_model)
+
+
+def _run_tiny_chat_model(args: argparse.Namespace) -> int:
+    import shutil  # noqa: PLC0415
+
+    from kvant_runtime.tinychat import ensure_tiny_chat_model  # noqa: PLC0415
+
+    built = ensure_tiny_chat_model()
+    shutil.copytree(built, args.output, dirs_exist_ok=True)
+    print(f"wrote the tiny chat model to {args.output}")
     return 0
