@@ -29,6 +29,8 @@ DOCUMENTED = {
     "kvant_gate_output_forecast_tokens": "gauge",
     "kvant_gate_output_forecast_margin_tokens": "gauge",
     "kvant_gate_output_forecast_widen": "gauge",
+    "kvant_gate_prompt_tokenizer_exact": "gauge",
+    "kvant_gate_prompt_estimate_scale": "gauge",
 }
 
 

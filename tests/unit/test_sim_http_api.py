@@ -9,10 +9,10 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from kvant_runtime.request_cost import prompt_tokens
 from kvant_runtime.sim.cost import CostModel
 from kvant_runtime.sim.engine import Engine, EngineConfig
 from kvant_runtime.sim.sim_server import ServerInfo, SimServer
-from kvant_runtime.tokens import estimate_prompt_tokens
 from tests.unit.gate_harness import run, serving
 
 FAST = CostModel(decode_base_s=0.0005, decode_per_request_s=0.0, prefill_per_token_s=0.0)
@@ -59,7 +59,7 @@ def test_generate_returns_the_requested_tokens_deterministically():
                 texts.append(result["text"])
                 meta = result["meta_info"]
                 assert meta["completion_tokens"] == len(result["output_ids"]) == 7
-                assert meta["prompt_tokens"] == estimate_prompt_tokens(body)
+                assert [meta["prompt_tokens"]] == prompt_tokens(body)
                 assert meta["finish_reason"] == {"type": "length", "length": 7}
                 assert len(result["text"].split()) == 7
             assert texts[0] == texts[1]

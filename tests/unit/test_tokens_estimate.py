@@ -1,11 +1,10 @@
-"""The token estimate the simulator and the gate share."""
+"""The bytes estimate of prompt tokens (no tokenizer in the served folder), and output limits."""
 
 from __future__ import annotations
 
 import pytest
 
-from kvant_runtime.request_cost import BadRequest, output_limit
-from kvant_runtime.tokens import estimate_prompt_tokens
+from kvant_runtime.request_cost import BadRequest, output_limit, prompt_tokens
 
 
 @pytest.mark.parametrize(
@@ -24,7 +23,7 @@ from kvant_runtime.tokens import estimate_prompt_tokens
     ],
 )
 def test_prompt_tokens(body, tokens):
-    assert estimate_prompt_tokens(body) == tokens
+    assert prompt_tokens(body) == [tokens]
 
 
 @pytest.mark.parametrize(
@@ -40,8 +39,9 @@ def test_output_limit(body, tokens):
     assert output_limit(body) == tokens
 
 
-def test_bad_lengths_and_batches_are_refused():
+def test_bad_lengths_are_refused_and_batches_counted_per_prompt():
     with pytest.raises(BadRequest, match="max_tokens must be a whole number"):
         output_limit({"max_tokens": "many"})
-    with pytest.raises(ValueError, match="batches are not supported"):
-        estimate_prompt_tokens({"text": ["a", "b"]})
+    with pytest.raises(BadRequest, match="messages must be a list of objects"):
+        prompt_tokens({"messages": "hello"})
+    assert prompt_tokens({"text": ["abcd", "abcdefgh"]}) == [1, 2]

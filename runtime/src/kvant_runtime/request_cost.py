@@ -12,8 +12,10 @@ Every request shape SGLang accepts is costed, not only the simple one:
   so the engine can never grow past what was reserved;
 - embeddings and scoring hold their prompts only.
 
-Prompt tokens are estimated with `kvant_runtime.tokens` (no tokenizer in the gate). A body the gate
-cannot read as JSON is costed by its size plus `defaultMaxTokens` and passed to the engine to judge.
+Prompt tokens are counted by a `PromptCounter` (`kvant_runtime.prompt_counter`): the model's own
+tokenizer and chat template where the served folder has them, else the bytes estimate with a learned
+correction. A body the gate cannot read as JSON is costed by its size plus `defaultMaxTokens` and
+passed to the engine to judge.
 """
 
 from __future__ import annotations
@@ -23,12 +25,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from kvant_runtime.tokens import (
-    BYTES_PER_TOKEN,
-    DEFAULT_MAX_NEW_TOKENS,
-    estimate_prompt_tokens,
-    estimate_text_tokens,
-)
+from kvant_runtime.prompt_counter import ByteEstimate, PromptCounter
+from kvant_runtime.tokens import BYTES_PER_TOKEN, DEFAULT_MAX_NEW_TOKENS
 
 # Routes whose requests hold only their prompt: nothing is generated.
 PROMPT_ONLY_PATHS = frozenset(
@@ -55,9 +53,12 @@ class Cost:
     prompt_tokens: int = 0  # of which: its prompts
     sequences: int = 0  # and this many sequences (prompts x samples), each growing up to `limit`
     limit: int = 0
+    counted: bool = False  # the prompt was text or messages the counter counted (not token ids)
 
 
-def cost_request(path: str, body: bytes, default_max_tokens: int) -> Cost:
+def cost_request(
+    path: str, body: bytes, default_max_tokens: int, counter: PromptCounter | None = None
+) -> Cost:
     try:
         payload = json.loads(body) if body.strip() else {}
     except ValueError:
@@ -66,40 +67,57 @@ def cost_request(path: str, body: bytes, default_max_tokens: int) -> Cost:
         # Not a JSON object (a multipart upload, a malformed body): cost it by size; the engine judges.
         prompt = -(-len(body) // BYTES_PER_TOKEN)
         return Cost(prompt + default_max_tokens, body, prompt, 1, default_max_tokens)
-    prompts = prompt_tokens(payload)
+    counter = counter or ByteEstimate()
+    prompts = prompt_tokens(payload, counter)
+    counted = not _token_ids(payload)
     parallel = samples(payload)
     if path in PROMPT_ONLY_PATHS:
-        return Cost(sum(prompts), body, sum(prompts), 0, 0)
+        return Cost(sum(prompts), body, sum(prompts), 0, 0, counted)
     limit = output_limit(payload)
     if limit is None:
         limit, body = _with_limit(path, payload, body, default_max_tokens)
     sequences = len(prompts) * parallel
-    return Cost(sum(prompts) + sequences * limit, body, sum(prompts), sequences, limit)
+    return Cost(sum(prompts) + sequences * limit, body, sum(prompts), sequences, limit, counted)
 
 
-def prompt_tokens(payload: dict[str, Any]) -> list[int]:
+def prompt_tokens(payload: dict[str, Any], counter: PromptCounter | None = None) -> list[int]:
     """One entry per prompt of the request (a batch has several)."""
+    counter = counter or ByteEstimate()
     for key in ("input_ids", "text", "prompt", "input"):
         value = payload.get(key)
         if isinstance(value, list) and value and all(isinstance(item, list | str) for item in value):
-            return [_one_prompt(item) for item in value]
-    if "messages" in payload or any(k in payload for k in ("input_ids", "text", "prompt")):
+            return [_one_prompt(item, counter) for item in value]
+    if "input_ids" in payload and payload.get("input_ids") is not None:
+        return [_one_prompt(payload["input_ids"], counter)]
+    if "messages" in payload:
+        messages = payload["messages"]
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise BadRequest("the prompt cannot be read: messages must be a list of objects")
         try:
-            return [estimate_prompt_tokens(payload)]
-        except (ValueError, TypeError, AttributeError) as err:
+            return [counter.chat(messages)]
+        except (TypeError, AttributeError) as err:
             raise BadRequest(f"the prompt cannot be read: {err}") from None
-    if "input" in payload:
-        return [_one_prompt(payload["input"])]
+    for key in ("text", "prompt", "input"):
+        if key in payload:
+            return [_one_prompt(payload[key] if payload[key] is not None else "", counter)]
     return [0]  # no prompt field: /health_generate, or a shape the engine will refuse
 
 
-def _one_prompt(item: object) -> int:
+def _token_ids(payload: dict[str, Any]) -> bool:
+    """Whether the prompts are token ids, which count themselves exactly."""
+    if isinstance(payload.get("input_ids"), list):
+        return True
+    prompt = payload.get("prompt", payload.get("text"))
+    return isinstance(prompt, list) and bool(prompt) and all(isinstance(p, int | list) for p in prompt)
+
+
+def _one_prompt(item: object, counter: PromptCounter) -> int:
     if isinstance(item, str):
-        return estimate_text_tokens(item)
+        return counter.text(item)
     if isinstance(item, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in item):
         return len(item)
     if isinstance(item, list):  # Responses-API style input: a list of message-like items
-        return sum(estimate_text_tokens(json.dumps(part)) for part in item)
+        return sum(counter.text(json.dumps(part)) for part in item)
     raise BadRequest(f"a prompt must be text or a list of token ids, got {type(item).__name__}")
 
 

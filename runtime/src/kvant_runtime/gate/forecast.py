@@ -43,6 +43,9 @@ MAX_QUANTILE = 0.9999  # forecastQuantile 1.0 reads as this: a finite margin (z 
 class OutputForecast:
     def __init__(self) -> None:
         self._recent: collections.deque[int] = collections.deque(maxlen=WINDOW)
+        # The output limits of recent requests: the largest caps what the gauges show, since no
+        # sequence reserves more than its own limit (a 256-token limit once showed a forecast of 864).
+        self._limits: collections.deque[int] = collections.deque(maxlen=WINDOW)
         self._sum = 0
         self._sum_squares = 0
         self.widen = 1.0  # the correction from live engine signals, >= 1
@@ -51,8 +54,10 @@ class OutputForecast:
     def samples(self) -> int:
         return len(self._recent)
 
-    def observe(self, output_tokens: int) -> None:
-        """One finished sequence's output length."""
+    def observe(self, output_tokens: int, limit: int | None = None) -> None:
+        """One finished sequence's output length, and the limit it was generated under."""
+        if limit is not None:
+            self._limits.append(limit)
         if len(self._recent) == self._recent.maxlen:
             oldest = self._recent[0]
             self._sum -= oldest
@@ -93,6 +98,11 @@ class OutputForecast:
 
     def healthy(self) -> None:
         self.widen = max(1.0, self.widen * 0.97)
+
+    def shown_tokens(self) -> int:
+        """What one sequence reserves, as the gauge shows it: capped by the largest recent limit."""
+        forecast = self.tokens() or 0
+        return min(forecast, max(self._limits)) if self._limits else forecast
 
     def reserve(self, prompt_tokens: int, sequences: int, limit: int) -> int:
         """KV tokens one request reserves: its prompts plus each sequence's forecast output."""

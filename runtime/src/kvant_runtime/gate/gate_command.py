@@ -89,6 +89,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="relay TCP on HOST:PORT to the same port on the upstream's host: a prefill engine's "
         "bootstrap port, which SGLang binds to its own (loopback) host; HOST is the pod IP",
     )
+    parser.add_argument(
+        "--tokenizer",
+        type=Path,
+        metavar="DIR",
+        help="count prompt tokens with the model's tokenizer.json and chat template in DIR (the served "
+        "folder), as the engine does; without one, bytes/4 corrected by the engine's reported counts",
+    )
     parser.add_argument("--debug", action="store_true", help="debug logging, with tracebacks")
     parser.set_defaults(run=run)
 
@@ -126,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
     from kvant_contracts.limits import LimitsError  # noqa: PLC0415
     from kvant_runtime.gate.gate_server import GateConfig, serve_until_signalled  # noqa: PLC0415
     from kvant_runtime.gate.port_relay import RelayConfig  # noqa: PLC0415
+    from kvant_runtime.prompt_counter import TokenizerError  # noqa: PLC0415
 
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.INFO,
@@ -146,14 +154,15 @@ def run(args: argparse.Namespace) -> int:
         if args.relay is None
         else RelayConfig(args.relay, (upstream_host(args.upstream), args.relay[1])),
         limits_configmap=_limits_configmap(args.limits_configmap),
+        tokenizer=args.tokenizer,
     )
     try:
         asyncio.run(serve_until_signalled(config))
-    except (LimitsError, OSError) as err:
+    except (LimitsError, TokenizerError, OSError) as err:
         if args.debug:
             raise
         logging.getLogger("kvant.gate").error("event=gate_not_started error=%s", err)
-        return 2 if isinstance(err, LimitsError) else 1
+        return 2 if isinstance(err, LimitsError | TokenizerError) else 1
     return 0
 
 

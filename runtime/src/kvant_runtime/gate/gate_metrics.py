@@ -15,6 +15,7 @@ from kvant_contracts.limits import MODES
 from kvant_contracts.serving_pod import GATE_BUSY_REASONS
 from kvant_runtime.gate.admission import Admission
 from kvant_runtime.gate.forecast import OutputForecast
+from kvant_runtime.prompt_counter import PromptCounter
 
 # Queue waits run from 0 (admitted at once) up to queueTimeoutSeconds (30 s by default).
 WAIT_BUCKETS = (0.0, 0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -134,7 +135,7 @@ def bind_forecast(metrics: GateMetrics, forecast: OutputForecast, admission: Adm
         "kvant_gate_output_forecast_tokens",
         "Output tokens a sequence reserves: the mean it is forecast to generate; 0 until learned.",
         registry=metrics.registry,
-    ).set_function(lambda: forecast.tokens() or 0)
+    ).set_function(forecast.shown_tokens)
     Gauge(
         "kvant_gate_output_forecast_margin_tokens",
         "KV tokens the budget keeps free for the spread of the in-flight answers' total (forecast).",
@@ -149,3 +150,17 @@ def bind_forecast(metrics: GateMetrics, forecast: OutputForecast, admission: Adm
 
 def _mode_is(admission: Admission, mode: str) -> float:
     return float(admission.limits.mode == mode)
+
+
+def bind_prompt_counter(metrics: GateMetrics, counter: PromptCounter) -> None:
+    """Whether prompts are counted with the model's tokenizer, and the bytes estimate's learned scale."""
+    Gauge(
+        "kvant_gate_prompt_tokenizer_exact",
+        "1: prompts are counted with the model's own tokenizer; 0: estimated from bytes.",
+        registry=metrics.registry,
+    ).set(1 if counter.exact else 0)
+    Gauge(
+        "kvant_gate_prompt_estimate_scale",
+        "The bytes estimate's correction learned from the engine's reported prompt tokens (1 when exact).",
+        registry=metrics.registry,
+    ).set_function(lambda: getattr(counter, "scale", 1.0))

@@ -28,12 +28,13 @@ from kvant_runtime.gate.access import Access
 from kvant_runtime.gate.admission import Admission
 from kvant_runtime.gate.concurrency import ConcurrencyController
 from kvant_runtime.gate.forecast import OutputForecast
-from kvant_runtime.gate.gate_metrics import GateMetrics, bind_forecast
+from kvant_runtime.gate.gate_metrics import GateMetrics, bind_forecast, bind_prompt_counter
 from kvant_runtime.gate.limits_source import LimitsFile, LimitsSource
 from kvant_runtime.gate.limits_watch import ConfigMapWatch, LimitsConfigMap
 from kvant_runtime.gate.loops import LimitsFollower, LocalLoop, watch_limits
 from kvant_runtime.gate.port_relay import RelayConfig, running_relay
 from kvant_runtime.gate.proxy import Proxy
+from kvant_runtime.prompt_counter import load_counter
 
 log = logging.getLogger("kvant.gate")
 
@@ -64,6 +65,7 @@ class GateConfig:
     api_keys_file: Path | None = None  # unset: clients need no key
     relay: RelayConfig | None = None  # prefill/decode: the bootstrap port, pod IP -> engine (port_relay)
     limits_configmap: LimitsConfigMap | None = None  # unset: the limits file is the only source
+    tokenizer: Path | None = None  # the served folder: its tokenizer counts prompts (prompt_counter)
 
 
 class Gate:
@@ -78,6 +80,9 @@ class Gate:
         self.forecast = OutputForecast()
         self.admission.margin = self._forecast_margin
         bind_forecast(self.metrics, self.forecast, self.admission)
+        self.counter = load_counter(config.tokenizer)
+        bind_prompt_counter(self.metrics, self.counter)
+        log.info("event=prompt_counter exact=%s folder=%s", self.counter.exact, config.tokenizer)
 
     def _forecast_margin(self, sequences: int) -> int:
         """The forecast's allowance for the in-flight total's spread, in forecast admission only."""
@@ -164,7 +169,13 @@ async def running_gate(config: GateConfig) -> AsyncIterator[tuple[Gate, list[tup
     ) as session:
         access = Access(config.admin_token_file, config.api_keys_file)
         proxy = Proxy(
-            config.upstream, gate.admission, gate.metrics, session, access=access, forecast=gate.forecast
+            config.upstream,
+            gate.admission,
+            gate.metrics,
+            session,
+            access=access,
+            forecast=gate.forecast,
+            counter=gate.counter,
         )
         app = web.Application()
         app.router.add_get(METRICS_PATH, gate.metrics_handler)

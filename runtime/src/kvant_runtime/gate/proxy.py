@@ -24,6 +24,7 @@ from kvant_runtime.gate.admission import Admission, Rejected, Ticket
 from kvant_runtime.gate.forecast import OutputForecast
 from kvant_runtime.gate.gate_metrics import GateMetrics
 from kvant_runtime.gate.route_policy import RouteClass, classify
+from kvant_runtime.prompt_counter import ByteEstimate, PromptCounter
 from kvant_runtime.request_cost import BadRequest, cost_request
 
 log = logging.getLogger("kvant.gate")
@@ -77,9 +78,11 @@ class Proxy:
         *,
         access: Access | None = None,
         forecast: OutputForecast | None = None,
+        counter: PromptCounter | None = None,
     ) -> None:
         self.upstream = upstream.rstrip("/")
         self.forecast = forecast or OutputForecast()
+        self.counter = counter or ByteEstimate()
         self.admission = admission
         self.metrics = metrics
         self.session = session
@@ -128,7 +131,7 @@ class Proxy:
 
     async def _admit_and_forward(self, request: web.Request, body: bytes) -> web.StreamResponse:
         try:
-            cost = cost_request(request.path, body, self.admission.limits.defaultMaxTokens)
+            cost = cost_request(request.path, body, self.admission.limits.defaultMaxTokens, self.counter)
         except BadRequest as bad:
             raise Refused(400, "bad_request", str(bad)) from None
         limits = self.admission.limits
@@ -151,13 +154,15 @@ class Proxy:
         finally:
             self.queued_bytes -= len(cost.body)
         self._count_admitted(ticket)
-        outputs: list[int] = []
+        answered = Answered()
         try:
-            return await self._forward(request, cost.body, outputs if cost.sequences else None)
+            return await self._forward(request, cost.body, answered if cost.sequences else None)
         finally:
             self.admission.release(ticket)
-            for tokens in outputs:  # what the model really generated: the forecast learns from it
-                self.forecast.observe(tokens)
+            for tokens in answered.outputs:  # what the model really generated: the forecast learns from it
+                self.forecast.observe(tokens, cost.limit)
+            if cost.counted and answered.prompt_tokens:  # and what the prompt really held
+                self.counter.learn(cost.prompt_tokens, answered.prompt_tokens)
 
     def _count_admitted(self, ticket: Ticket) -> None:
         self.metrics.admitted.inc()
@@ -166,9 +171,9 @@ class Proxy:
             self.metrics.over_limit.labels(limit).inc()
 
     async def _forward(
-        self, request: web.Request, body: bytes, outputs: list[int] | None = None
+        self, request: web.Request, body: bytes, answered: Answered | None = None
     ) -> web.StreamResponse:
-        """Forwards and relays; with `outputs`, appends each answered sequence's output length."""
+        """Forwards and relays; with `answered`, records what the engine says it held."""
         url = URL(self.upstream + request.raw_path, encoded=True)
         try:
             upstream = await self.session.request(
@@ -188,19 +193,39 @@ class Proxy:
         except aiohttp.ClientError as err:
             raise Refused(502, "engine_error", f"the engine at {self.upstream} failed: {err!r}") from None
         async with upstream:
-            return await _relay(request, upstream, outputs if upstream.status == 200 else None)
+            return await _relay(request, upstream, answered if upstream.status == 200 else None)
+
+
+class Answered:
+    """What the engine's answer says it held: each sequence's output length, and the prompt tokens."""
+
+    def __init__(self) -> None:
+        self.outputs: list[int] = []
+        self.prompt_tokens = 0
+
+    def read(self, body: bytes) -> None:
+        """From a whole answer (or a stream's last event)."""
+        self.outputs += answered_output_tokens(body)
+        self.prompt_tokens = answered_prompt_tokens(body)
+
+    def read_stream(self, tail: bytes, events: int) -> None:
+        """From a stream's kept tail: its last event's counts, else one output token per event less
+        the closing [DONE] (OpenAI chunks without usage, one token per chunk at the default interval)."""
+        self.read(last_event(tail))
+        if not self.outputs and events > 1:
+            self.outputs.append(events - 1)
 
 
 async def _relay(
-    request: web.Request, upstream: aiohttp.ClientResponse, outputs: list[int] | None
+    request: web.Request, upstream: aiohttp.ClientResponse, answered: Answered | None
 ) -> web.StreamResponse:
     headers = _forwarded(upstream.headers)
     length = upstream.content_length
     if length is not None and length <= WHOLE_BODY_BYTES:
         # A sized, small answer (non-streaming): one read and one write beat a chunk loop.
         body = await upstream.read()
-        if outputs is not None:
-            outputs += answered_output_tokens(body)
+        if answered is not None:
+            answered.read(body)
         return web.Response(status=upstream.status, reason=upstream.reason, headers=headers, body=body)
     events = 0  # SSE events relayed
     # The stream's last chunks, at least STREAM_TAIL_BYTES of them, where its final event tells the
@@ -226,23 +251,28 @@ async def _relay(
             request.transport.close()
         return response
     await response.write_eof()
-    if outputs is not None:
-        outputs += streamed_output_tokens(b"".join(tail)[-STREAM_TAIL_BYTES:], events)
+    if answered is not None:
+        answered.read_stream(b"".join(tail)[-STREAM_TAIL_BYTES:], events)
     return response
 
 
-def streamed_output_tokens(tail: bytes, events: int) -> list[int]:
-    """A streamed sequence's output length: its last event's meta_info or usage (SGLang's chunks
-    carry the count so far, whatever `--stream-interval` groups), else one token per event less the
-    closing [DONE] (OpenAI chunks without usage, one token per chunk at the default interval)."""
-    counted = [events - 1] if events > 1 else []
+def last_event(tail: bytes) -> bytes:
+    """The data of a stream's last event before [DONE]: SGLang's chunks carry the counts so far in
+    meta_info (or OpenAI usage), whatever `--stream-interval` groups. b"" when the tail starts inside
+    that event (longer than the tail) or has none."""
     for event in reversed(tail.split(b"\n\n")):
         data = event.strip()
         if not data or data[5:].strip() == b"[DONE]":
             continue
-        # A last event longer than the tail starts mid-JSON: count events instead.
-        return (answered_output_tokens(data[5:]) if data.startswith(b"data:") else []) or counted
-    return counted
+        return data[5:] if data.startswith(b"data:") else b""
+    return b""
+
+
+def streamed_output_tokens(tail: bytes, events: int) -> list[int]:
+    """A streamed sequence's output length (see `Answered.read_stream`)."""
+    answered = Answered()
+    answered.read_stream(tail, events)
+    return answered.outputs
 
 
 def answered_output_tokens(body: bytes) -> list[int]:
@@ -264,6 +294,25 @@ def answered_output_tokens(body: bytes) -> list[int]:
             choices = max(1, len(item.get("choices") or []))
             found += [usage["completion_tokens"] // choices] * choices
     return found
+
+
+def answered_prompt_tokens(body: bytes) -> int:
+    """The prompt tokens the engine reports for a whole answer (meta_info, or OpenAI usage), summed
+    over a batch; 0 when it reports none."""
+    try:
+        answer = json.loads(body) if body else None
+    except ValueError:
+        return 0
+    total = 0
+    for item in answer if isinstance(answer, list) else [answer]:
+        if not isinstance(item, dict):
+            continue
+        for section in ("meta_info", "usage"):
+            found = item.get(section)
+            if isinstance(found, dict) and isinstance(found.get("prompt_tokens"), int):
+                total += found["prompt_tokens"]
+                break
+    return total
 
 
 async def _read_body(request: web.Request, limit: int) -> bytes:

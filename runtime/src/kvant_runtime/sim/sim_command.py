@@ -61,6 +61,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(default: every request runs to its limit); see kvant_runtime.sim.output_lengths",
     )
     parser.add_argument(
+        "--tokenizer",
+        type=Path,
+        metavar="DIR",
+        help="count prompt tokens with the model's tokenizer.json and chat template in DIR (the served "
+        "folder), as SGLang does; default: the bytes estimate",
+    )
+    parser.add_argument(
         "--stream-interval",
         type=int,
         default=1,
@@ -86,6 +93,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     from aiohttp import web  # noqa: PLC0415
 
+    from kvant_runtime.prompt_counter import TokenizerError, load_counter  # noqa: PLC0415
     from kvant_runtime.sim.cost import CostModel  # noqa: PLC0415
     from kvant_runtime.sim.engine import Engine, EngineConfig  # noqa: PLC0415
     from kvant_runtime.sim.output_lengths import OutputLengthsError, parse_output_lengths  # noqa: PLC0415
@@ -139,7 +147,12 @@ def run(args: argparse.Namespace) -> int:
     info = ServerInfo(
         args.model_name, dtype, page_size, args.disaggregation_mode, bootstrap, args.stream_interval
     )
-    server = SimServer(Engine(config), info)
+    try:
+        counter = load_counter(args.tokenizer)
+    except TokenizerError as error:
+        print(f"kvant sim: {error}", file=sys.stderr)
+        return 2
+    server = SimServer(Engine(config), info, counter)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("kvant.sim").info(
         "event=sim.start host=%s port=%d model=%s kv_tokens=%d max_running_requests=%d kv_bytes_per_token=%d",

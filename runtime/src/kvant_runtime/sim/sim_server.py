@@ -27,6 +27,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from kvant_runtime.prompt_counter import ByteEstimate, PromptCounter
 from kvant_runtime.request_cost import output_limit, prompt_tokens, samples
 from kvant_runtime.sim.answers import (
     ChoiceFormat,
@@ -80,8 +81,10 @@ async def bad_requests_as_json(request: web.Request, handler: Handler) -> web.St
 
 
 class SimServer:
-    def __init__(self, engine: Engine, info: ServerInfo) -> None:
+    def __init__(self, engine: Engine, info: ServerInfo, counter: PromptCounter | None = None) -> None:
         self.info = info
+        # The served model's tokenizer where its folder has one (`--tokenizer`), as SGLang counts.
+        self.counter = counter or ByteEstimate()
         self.registry = CollectorRegistry()
         self.runner = RealTimeEngine(engine, EngineMetrics(info.model_name, self.registry))
         self._loop_task: asyncio.Task[None] | None = None
@@ -160,7 +163,7 @@ class SimServer:
         """One sequence per prompt of a batch and per parallel sample (`n`), costed by the same rules
         as the gate's (`kvant_runtime.request_cost`). Parallel samples of one prompt share its KV
         (SGLang's radix cache holds the prefix once), so only the first sample holds the prompt."""
-        prompts, parallel = prompt_tokens(body), samples(body)
+        prompts, parallel = prompt_tokens(body, self.counter), samples(body)
         limit = output_limit(body)
         limit = DEFAULT_MAX_NEW_TOKENS if limit is None else limit
         streaming = bool(body.get("stream"))
