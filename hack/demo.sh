@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
 # The demo: a local cluster with a GPU node, Kvant installed from its Helm chart, and
 # examples/tiny.yaml converted, calibrated and served by the simulator engine. Left running.
+# KVANT_DEMO_ENGINE=sglang serves examples/tinychat-cpu.yaml instead: the real SGLang engine on this
+# machine's CPU, with a tiny trained chat model (BF16: FP8 KV and INT4 need a GPU or AMX).
 set -euo pipefail
 VENV="$1"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 export PATH="$VENV/bin:$PATH"
+ENGINE="${KVANT_DEMO_ENGINE:-simulator}"
+case "$ENGINE" in
+  simulator) EXAMPLE=tiny ;;
+  sglang) EXAMPLE=tinychat-cpu ;;
+  *) echo "KVANT_DEMO_ENGINE must be simulator or sglang, got '$ENGINE'" >&2; exit 2 ;;
+esac
 MODEL_PATH=/var/lib/kvant/models/tiny-llama   # the node path examples/tiny.yaml names
 ARTIFACTS_PATH=/var/lib/kvant/artifacts
 
@@ -69,11 +77,18 @@ for path in sorted(Path(sys.argv[1]).iterdir()):
 print(f"uploaded {len(list(Path(sys.argv[1]).iterdir()))} files")
 PY
 
-echo; echo "== kubectl apply -n demo -f examples/tiny.yaml"
-kubectl apply -n demo -f "$ROOT/examples/tiny.yaml"
+MODEL=$(awk '/^  name:/ {print $2; exit}' "$ROOT/examples/$EXAMPLE.yaml")
+if [[ "$ENGINE" == sglang ]]; then
+  echo; echo "== the tiny chat model (trained once on this machine, then cached) for the real engine"
+  CHAT_DIR="$KVANT_NODE_ROOT/var/lib/kvant/models/tinychat"   # the node path tinychat-cpu.yaml names
+  [[ -f "$CHAT_DIR/tokenizer.json" ]] || kvant tiny-chat-model "$CHAT_DIR"
+fi
+
+echo; echo "== kubectl apply -n demo -f examples/$EXAMPLE.yaml"
+kubectl apply -n demo -f "$ROOT/examples/$EXAMPLE.yaml"
 last=""
-for _ in $(seq 1 180); do
-  line=$(kubectl get qm tiny -n demo -o jsonpath='{.status.phase}{"  "}{range .status.conditions[?(@.status=="False")]}{.type}: {.message}{"  "}{end}' 2>/dev/null | cut -c1-150)
+for _ in $(seq 1 600); do
+  line=$(kubectl get qm "$MODEL" -n demo -o jsonpath='{.status.phase}{"  "}{range .status.conditions[?(@.status=="False")]}{.type}: {.message}{"  "}{end}' 2>/dev/null | cut -c1-150)
   [[ "$line" != "$last" ]] && { printf '  %s  %s\n' "$(date +%T)" "$line"; last="$line"; }
   [[ "$line" == Ready* ]] && break
   sleep 1
@@ -82,15 +97,15 @@ echo
 kubectl get qm -n demo
 kubectl get pods,services -n demo -o wide
 echo; echo "== a request through the model's Service (ClusterIP; kube-proxy picks a replica's gate)"
-SERVICE_IP=$(kubectl get service tiny -n demo -o jsonpath='{.spec.clusterIP}')
-curl -s --max-time 10 "http://$SERVICE_IP/generate" -d '{"text":"hello","sampling_params":{"max_new_tokens":8}}'
+SERVICE_IP=$(kubectl get service "$MODEL" -n demo -o jsonpath='{.spec.clusterIP}')
+curl -s --max-time 60 "http://$SERVICE_IP/generate" -d '{"text":"hello","sampling_params":{"max_new_tokens":8}}'
 echo
 cat <<MSG
 
 The local cluster stays up. Try:
   eval "\$($VENV/bin/kvant dev env)"
-  kubectl get qm -n demo tiny -o yaml                      # plan, artifact, protection, conditions
-  kubectl patch qm tiny -n demo --type=merge -p '{"spec":{"limits":{"maxConcurrency":4}}}'
+  kubectl get qm -n demo $MODEL -o yaml                      # plan, artifact, protection, conditions
+  kubectl patch qm $MODEL -n demo --type=merge -p '{"spec":{"limits":{"maxConcurrency":4}}}'
   kubectl apply -n demo -f examples/tiny-from-s3.yaml      # fetched from the local S3, then the same path
   kubectl get qm tiny-from-s3 -n demo -o jsonpath='{.status.source}'
   SERVICE_IP=\$(kubectl get service tiny -n demo -o jsonpath='{.spec.clusterIP}')

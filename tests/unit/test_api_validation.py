@@ -54,7 +54,7 @@ def test_minimal_spec_gets_the_defaults_a_user_would_choose():
     assert (
         spec.kv_cache.calibration is not None and spec.kv_cache.calibration.samples == 512
     )  # llm-compressor's KV-cache recipe
-    assert spec.serving.tensor_parallel == 1 and spec.serving.gpu.count == 1
+    assert spec.serving.tensor_parallel == 1 and spec.serving.gpus == 1
     assert spec.protection.target_token_usage == 0.9
 
 

@@ -42,7 +42,13 @@ def _render(example: str) -> list[dict]:
 
 
 @pytest.mark.parametrize(
-    "example", ["tiny.yaml", "kimi-k2-int4-experts-fp8kv-8xh200.yaml", "llama-70b-prefill-decode-fp8kv.yaml"]
+    "example",
+    [
+        "tiny.yaml",
+        "tinychat-cpu.yaml",
+        "kimi-k2-int4-experts-fp8kv-8xh200.yaml",
+        "llama-70b-prefill-decode-fp8kv.yaml",
+    ],
 )
 def test_rendered_objects_match_golden(example: str) -> None:
     rendered = yaml.safe_dump_all(_render(example), sort_keys=True)

@@ -36,5 +36,6 @@ def test_each_role_renders_a_launch_spec_the_launcher_parses(example: str) -> No
         assert launch.maxTotalTokens == plan().kv_tokens_per_replica
         assert launch.disaggregationRole == (None if role.name == "serve" else role.name)
         assert json.loads(engine["args"][2])["engineArgs"] == role.engine_args
+        assert spec.serving.gpu is not None
         gpus = engine["resources"]["limits"][spec.serving.gpu.resource]
         assert gpus == str(spec.serving.gpu.count)

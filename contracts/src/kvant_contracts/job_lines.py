@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, ClassVar, Self
 
 
@@ -52,6 +52,8 @@ class _JobLine:
             return None
         values = {}
         for field in fields(cls):  # type: ignore[arg-type]
+            if field.name not in record and field.default is not MISSING:
+                continue  # a field added later, absent from an older launcher's line: its default
             value = record.get(field.name)
             if not _fits(value, str(field.type)):
                 return None
@@ -137,3 +139,6 @@ class EngineCheck(_JobLine):
     python: str
     supported: bool
     problem: str | None  # why the launcher cannot drive this image, or why SGLang refused the argv
+    device: str = "cuda"  # cuda | cpu
+    attentionBackend: str | None = None  # on cpu: intel_amx where the node's CPU has AMX, else torch_native
+    amx: bool | None = None  # on cpu: whether the node's CPU has Intel AMX

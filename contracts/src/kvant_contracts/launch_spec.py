@@ -16,6 +16,7 @@ names are the CRD's (`tensorParallel`, `memFractionStatic`, `engineArgs`, ...):
     pageSize: null
     disaggregationRole: null                # prefill | decode (PD disaggregation)
     transferBackend: mooncake               # PD KV transfer backend
+    device: cuda                            # cuda | cpu (SGLang's CPU backend)
     host: 0.0.0.0
     port: 30000
     engineArgs: []                          # passthrough, validated by SGLang's parser
@@ -32,6 +33,7 @@ from kvant_contracts.weight_formats import FORMATS
 
 KV_CACHE_DTYPES = ("auto", "bf16", "fp8_e4m3", "fp8_e5m2")
 DISAGGREGATION_ROLES = ("prefill", "decode")
+DEVICES = ("cuda", "cpu")
 
 
 class SpecError(ValueError):
@@ -54,6 +56,7 @@ class LaunchSpec:
     pageSize: int | None = None
     disaggregationRole: str | None = None
     transferBackend: str = "mooncake"
+    device: str = "cuda"
     host: str = "0.0.0.0"
     port: int = 30000
     engineArgs: tuple[str, ...] = ()
@@ -61,6 +64,7 @@ class LaunchSpec:
     def __post_init__(self) -> None:
         _one_of("weightsFormat", self.weightsFormat, tuple(FORMATS))
         _one_of("kvCacheDtype", self.kvCacheDtype, KV_CACHE_DTYPES)
+        _one_of("device", self.device, DEVICES)
         if self.disaggregationRole is not None:
             _one_of("disaggregationRole", self.disaggregationRole, DISAGGREGATION_ROLES)
         for name in ("tensorParallel", "maxRunningRequests", "maxTotalTokens", "pageSize", "port"):
@@ -76,8 +80,19 @@ class LaunchSpec:
             raise SpecError(f"engineArgs must be a list of strings, got {list(self.engineArgs)!r}")
 
     def to_json(self) -> str:
-        """The `--spec-json` text; `parse_spec_json` reads it back to an equal spec."""
-        return json.dumps({**asdict(self), "engineArgs": list(self.engineArgs)})
+        """The `--spec-json` text; `parse_spec_json` reads it back to an equal spec. Fields added after
+        the first release are left out at their default: the text is in the engine's pod template, and
+        an operator upgrade that changed it would restart every engine it serves."""
+        fields_ = {**asdict(self), "engineArgs": list(self.engineArgs)}
+        for name in _ADDED_LATER:
+            if fields_[name] == _DEFAULTS[name]:
+                del fields_[name]
+        return json.dumps(fields_)
+
+
+# Fields added to the spec after the first release (see to_json).
+_ADDED_LATER = ("device",)
+_DEFAULTS = {f.name: f.default for f in fields(LaunchSpec)}
 
 
 def load_spec(path: Path) -> LaunchSpec:

@@ -23,7 +23,7 @@ DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?
 OWNED_ENGINE_FLAGS = (
     "kv-cache-dtype|tp|tp-size|tensor-parallel-size|mem-fraction-static|page-size|"
     "max-running-requests|max-queued-requests|model-path|host|port|disaggregation-mode|disaggregation-bootstrap-port|"
-    "admin-api-key|api-key"
+    "admin-api-key|api-key|device"
 )
 OWNED_FLAG_PATTERN = rf"^--({OWNED_ENGINE_FLAGS})(=.*)?$"
 MAX_ENGINE_ARGS = 64
@@ -84,6 +84,15 @@ class Engine(StrEnum):
 
     SGLANG = "sglang"
     SIMULATOR = "simulator"
+
+
+class Device(StrEnum):
+    """Where the engine computes. cuda (the default): on spec.serving.gpu. cpu: SGLang's CPU backend, sized
+    by spec.serving.cpu, for Xeon hosts and the local cluster's real engine (FP8 KV cache and FP8 weights
+    need a CPU with Intel AMX; INT4 needs CUDA)."""
+
+    CUDA = "cuda"
+    CPU = "cpu"
 
 
 class DisaggregationMode(StrEnum):
@@ -318,7 +327,8 @@ def _no_owned_flags(path: str) -> Rule:
         message=f"{path}.engineArgs must not set flags Kvant derives from the spec: --kv-cache-dtype "
         "(spec.kvCache.dtype), --tp-size (spec.serving.tensorParallel), --mem-fraction-static "
         "(spec.serving.memFractionStatic), --page-size (spec.serving.pageSize), --max-running-requests and "
-        "--max-queued-requests (spec.limits), --model-path, --host, --port, --disaggregation-mode",
+        "--max-queued-requests (spec.limits), --model-path, --host, --port, --disaggregation-mode, --device "
+        "(spec.serving.device)",
         field_path=".engineArgs",
         holds=lambda m: not any(re.search(OWNED_FLAG_PATTERN, a) for a in m.engine_args),
     )
@@ -366,7 +376,7 @@ class DisaggregationSpec(ApiModel):
 
 
 class GpuSpec(ApiModel):
-    """The GPUs of one replica. With engine: simulator they are simulated and not requested."""
+    """The GPUs of one replica (device: cuda). With engine: simulator they are simulated and not requested."""
 
     resource: str = Field(
         default="nvidia.com/gpu", max_length=253, description="Extended resource name requested per GPU."
@@ -375,6 +385,27 @@ class GpuSpec(ApiModel):
         alias="memoryGiB", gt=0, le=4096, description="Memory of one GPU in GiB (H100: 80, H200: 141)."
     )
     count: int = Field(default=1, ge=1, le=64, description="GPUs per replica.")
+
+
+class CpuSpec(ApiModel):
+    """The memory and cores of one replica (device: cpu)."""
+
+    memory_gib: float = Field(
+        alias="memoryGiB",
+        gt=0,
+        le=4096,
+        description="Memory of the engine container in GiB (its request and limit). The planner sizes the "
+        "KV cache from it: what is left after the engine's own memory and the weights.",
+    )
+    cores: int = Field(default=2, ge=1, le=1024, description="CPU cores the engine container requests.")
+    kv_cache_mib: int | None = Field(
+        default=None,
+        alias="kvCacheMiB",
+        ge=1,
+        le=4 << 20,
+        description="KV cache size in MiB, when it should be smaller than what memoryGiB leaves. Unset: "
+        "the planner gives the KV cache all that memoryGiB leaves.",
+    )
 
 
 class RouterPolicy(StrEnum):
@@ -406,11 +437,40 @@ class ServingSpec(ApiModel):
 
     rules = (
         Rule(
-            cel="self.gpu.count % self.tensorParallel == 0",
+            cel="has(self.device) && self.device == 'cpu' ? has(self.cpu) && !has(self.gpu) : "
+            "has(self.gpu) && !has(self.cpu)",
+            message="spec.serving: device cuda (the default) needs spec.serving.gpu and no "
+            "spec.serving.cpu; device cpu needs spec.serving.cpu (memoryGiB) and no spec.serving.gpu",
+            field_path=".device",
+            holds=lambda s: (
+                (s.cpu is not None and s.gpu is None)
+                if s.device is Device.CPU
+                else (s.gpu is not None and s.cpu is None)
+            ),
+        ),
+        Rule(
+            cel="!has(self.gpu) || self.gpu.count % self.tensorParallel == 0",
             message="spec.serving.tensorParallel must divide spec.serving.gpu.count (GPUs per replica = "
             "tensorParallel x data-parallel size), for example tensorParallel: 8 with gpu.count: 8",
             field_path=".tensorParallel",
-            holds=lambda s: s.gpu.count % s.tensor_parallel == 0,
+            holds=lambda s: s.gpu is None or s.gpu.count % s.tensor_parallel == 0,
+        ),
+        Rule(
+            cel="!has(self.device) || self.device != 'cpu' || (self.tensorParallel == 1 && "
+            "!has(self.memFractionStatic) && "
+            "(!has(self.disaggregation.mode) || self.disaggregation.mode == 'none'))",
+            message="spec.serving.device cpu serves one engine process per replica, sized by "
+            "spec.serving.cpu: tensorParallel must be 1, memFractionStatic unset (use cpu.kvCacheMiB) "
+            "and disaggregation.mode none (scale with spec.serving.replicas)",
+            field_path=".device",
+            holds=lambda s: (
+                s.device is not Device.CPU
+                or (
+                    s.tensor_parallel == 1
+                    and s.mem_fraction_static is None
+                    and s.disaggregation.mode is DisaggregationMode.NONE
+                )
+            ),
         ),
         Rule(
             cel="self.disaggregation.mode == 'none' || self.replicas == 1",
@@ -437,7 +497,9 @@ class ServingSpec(ApiModel):
     page_size: int = Field(
         default=1, ge=1, le=1024, description="KV cache page size in tokens (--page-size)."
     )
-    gpu: GpuSpec
+    device: Device = Device.CUDA
+    gpu: GpuSpec | None = None
+    cpu: CpuSpec | None = None
     mem_fraction_static: float | None = Field(
         default=None,
         ge=0.1,
@@ -451,6 +513,11 @@ class ServingSpec(ApiModel):
         default_factory=RouterSpec,
         description="The SGLang Model Gateway (smg) in front of the engines' gates.",
     )
+
+    @property
+    def gpus(self) -> int:
+        """GPUs one replica requests: 0 on CPU."""
+        return self.gpu.count if self.gpu is not None else 0
 
 
 # The gate's own enums, from the limits contract: the CR offers exactly what the gate understands.

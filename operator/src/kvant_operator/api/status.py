@@ -70,6 +70,14 @@ class EngineStatus(ApiModel):
     )
     sglang_version: str = Field(default="", max_length=64, description="The SGLang version in the image.")
     python: str = Field(default="", max_length=32, description="The image's Python version.")
+    device: str = Field(default="cuda", max_length=8, description="cuda, or cpu (spec.serving.device).")
+    attention_backend: str | None = Field(
+        default=None,
+        max_length=32,
+        description="On cpu: the attention kernels the launcher chose for the node's CPU (intel_amx with "
+        "Intel AMX, torch_native without).",
+    )
+    amx: bool | None = Field(default=None, description="On cpu: whether the node's CPU has Intel AMX.")
 
 
 class ArtifactStatus(ApiModel):

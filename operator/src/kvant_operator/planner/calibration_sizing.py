@@ -66,7 +66,7 @@ def calibration_plan(plan: PlanStatus, spec: QuantizedModelSpec) -> CalibrationP
     tokens = calibration.samples * calibration.sequence_length
     flops = 2.0 * plan.active_parameters * tokens
     device, gpus, rate = "cpu", 0, CPU_FLOPS
-    if flops / CPU_FLOPS > CPU_BUDGET_S:
+    if flops / CPU_FLOPS > CPU_BUDGET_S and spec.serving.gpu is not None:  # a CPU-served model has no GPU
         device, gpus, rate = "cuda", 1, GPU_FLOPS
     return CalibrationPlan(
         device=device,
@@ -103,7 +103,8 @@ def with_calibration(plan: PlanStatus, spec: QuantizedModelSpec) -> PlanStatus:
         return plan.model_copy(update={"calibration": None})
     sizing = calibration_plan(plan, spec)
     warnings = [w for w in plan.warnings if not w.startswith(CALIBRATION_WARNING)]
-    warning = calibration_warning(plan, sizing, int(spec.serving.gpu.memory_gib * 2**30))
+    gpu = spec.serving.gpu
+    warning = calibration_warning(plan, sizing, int(gpu.memory_gib * 2**30)) if gpu is not None else None
     if warning:
         warnings = [*warnings, warning][:16]
     return plan.model_copy(update={"calibration": sizing, "warnings": warnings})

@@ -15,6 +15,10 @@ GIB = 1 << 30
 MIB = 1 << 20
 # CUDA context and NCCL buffers taken before SGLang measures "total"; about 1 GiB on H100/H200.
 RUNTIME_RESERVE_BYTES = 1 * GIB
+# SGLang's CPU engine process before any weights or KV: Python, torch, SGLang, the tokenizer and the
+# activations of a prefill chunk. A tiny model's engine measured about 2.4 GB in all (DESIGN, "SGLang on
+# CPU"); 3 GiB leaves room for the chunk's activations on larger models.
+CPU_ENGINE_RESERVE_BYTES = 3 * GIB
 
 
 def kv_dtype_bytes(dtype: KvCacheDtype, model_dtype_bytes: int) -> int:
@@ -72,6 +76,19 @@ def kv_tokens_per_gpu(
     total = gpu_memory_bytes - RUNTIME_RESERVE_BYTES
     budget = total * mem_fraction_static - weight_bytes_per_gpu
     tokens = int(budget // cell_bytes) if budget > 0 else 0
+    return tokens // page_size * page_size
+
+
+def kv_tokens_on_cpu(
+    memory_bytes: int, weight_bytes: int, cell_bytes: int, page_size: int, kv_cache_bytes: int | None
+) -> int:
+    """The KV tokens Kvant gives SGLang's CPU engine (`--max-total-tokens`, never SGLang's own default,
+    which sizes KV from the host's RAM rather than the pod's): `kv_cache_bytes` when set, capped by what
+    the container's memory leaves after the engine's own and the weights; whole pages; 0 when nothing fits.
+    """
+    room = memory_bytes - CPU_ENGINE_RESERVE_BYTES - weight_bytes
+    budget = room if kv_cache_bytes is None else min(kv_cache_bytes, room)
+    tokens = budget // cell_bytes if budget > 0 else 0
     return tokens // page_size * page_size
 
 

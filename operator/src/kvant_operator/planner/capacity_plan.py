@@ -10,15 +10,18 @@ from dataclasses import dataclass, replace
 
 from pydantic import BaseModel, ConfigDict
 
-from kvant_operator.api.spec import KvCacheDtype, QuantizedModelSpec, QuantTargets, WeightFormat
+from kvant_operator.api.spec import Device, KvCacheDtype, QuantizedModelSpec, QuantTargets, WeightFormat
 from kvant_operator.api.status import PlanStatus
 from kvant_operator.planner.architecture import Attention, ModelShape
 from kvant_operator.planner.calibration_sizing import count_parameters
 from kvant_operator.planner.capacity import (
+    CPU_ENGINE_RESERVE_BYTES,
     GIB,
+    MIB,
     RUNTIME_RESERVE_BYTES,
     kv_bytes_per_token_per_gpu,
     kv_dtype_bytes,
+    kv_tokens_on_cpu,
     kv_tokens_per_gpu,
     max_concurrency,
     sglang_default_mem_fraction_static,
@@ -31,7 +34,8 @@ DEFAULT_CONTEXTS = (4096, 32768, 131072)
 
 @dataclass(frozen=True)
 class PlanRequest:
-    """How the model is to be served. `weights_format` None keeps the source format."""
+    """How the model is to be served. `weights_format` None keeps the source format. On CPU
+    (`device` cpu) `gpu_memory_gib` is the engine container's memory and `gpus` is 0."""
 
     gpu_memory_gib: float
     tensor_parallel: int = 1
@@ -44,14 +48,21 @@ class PlanRequest:
     mem_fraction_static: float | None = None
     page_size: int = 1
     contexts: tuple[int, ...] = DEFAULT_CONTEXTS
+    device: Device = Device.CUDA
+    kv_cache_mib: int | None = None  # CPU only: an explicit KV cache size
 
     @classmethod
     def from_spec(cls, spec: QuantizedModelSpec, contexts: tuple[int, ...] = DEFAULT_CONTEXTS) -> PlanRequest:
         serving, weights = spec.serving, spec.weights
+        memory = serving.gpu.memory_gib if serving.gpu is not None else 0.0
+        if serving.cpu is not None:
+            memory = serving.cpu.memory_gib
         return cls(
-            gpu_memory_gib=serving.gpu.memory_gib,
+            device=serving.device,
+            kv_cache_mib=serving.cpu.kv_cache_mib if serving.cpu is not None else None,
+            gpu_memory_gib=memory,
             tensor_parallel=serving.tensor_parallel,
-            gpus=serving.gpu.count,
+            gpus=serving.gpus,
             kv_cache_dtype=spec.kv_cache.dtype,
             weights_format=weights.format,
             group_size=weights.group_size or 128,
@@ -122,9 +133,15 @@ def make_plan(checkpoint: Checkpoint, request: PlanRequest) -> CapacityPlan:
     conversion = _conversion(shape, source, request)
     sizes = size_weights(checkpoint.inventory, conversion, tp, shape.num_layers)
     cell = kv_bytes_per_token_per_gpu(shape, tp, kv_dtype_bytes(request.kv_cache_dtype, shape.dtype_bytes))
-    mfs = request.mem_fraction_static or sglang_default_mem_fraction_static(request.gpu_memory_gib, tp)
     gpu_bytes = int(request.gpu_memory_gib * GIB)
-    tokens = gpus // tp * kv_tokens_per_gpu(gpu_bytes, sizes.bytes_per_gpu, mfs, cell, request.page_size)
+    if request.device is Device.CPU:
+        kv_bytes = request.kv_cache_mib * MIB if request.kv_cache_mib else None
+        tokens = kv_tokens_on_cpu(gpu_bytes, sizes.bytes_per_gpu, cell, request.page_size, kv_bytes)
+        # SGLang's --mem-fraction-static is not set on CPU; this is the memory share weights and KV take.
+        mfs = min(1.0, round((sizes.bytes_per_gpu + tokens * cell) / gpu_bytes, 3))
+    else:
+        mfs = request.mem_fraction_static or sglang_default_mem_fraction_static(request.gpu_memory_gib, tp)
+        tokens = gpus // tp * kv_tokens_per_gpu(gpu_bytes, sizes.bytes_per_gpu, mfs, cell, request.page_size)
     concurrency = {c: max_concurrency(tokens, c, request.page_size) for c in request.contexts}
     warnings = _warnings(
         shape=shape,
@@ -146,7 +163,7 @@ def make_plan(checkpoint: Checkpoint, request: PlanRequest) -> CapacityPlan:
         attention=shape.attention,
         inventory=checkpoint.inventory.origin,
         tensor_parallel=tp,
-        data_parallel=gpus // tp,
+        data_parallel=max(1, gpus // tp),
         gpu_memory_bytes=gpu_bytes,
         source_format=source,
         weights_format=conversion.format,
@@ -158,11 +175,11 @@ def make_plan(checkpoint: Checkpoint, request: PlanRequest) -> CapacityPlan:
         checkpoint_bytes=sizes.checkpoint_bytes,
         weight_bytes_per_gpu=sizes.bytes_per_gpu,
         mem_fraction_static=mfs,
-        mem_fraction_static_source="spec" if request.mem_fraction_static else "sglang-default",
+        mem_fraction_static_source=_mfs_source(request),
         page_size=request.page_size,
         kv_tokens_per_replica=tokens,
         max_concurrency=concurrency,
-        fits=tokens >= max(request.contexts) and not _weights_overflow(sizes, gpu_bytes, mfs),
+        fits=tokens >= max(request.contexts) and not _weights_overflow(sizes, gpu_bytes, mfs, request.device),
         warnings=warnings,
     )
 
@@ -194,7 +211,15 @@ def _conversion(shape: ModelShape, source: WeightFormat, request: PlanRequest) -
     )
 
 
-def _weights_overflow(sizes: WeightSizes, gpu_bytes: int, mfs: float) -> bool:
+def _mfs_source(request: PlanRequest) -> str:
+    if request.device is Device.CPU:
+        return "cpu-memory"
+    return "spec" if request.mem_fraction_static else "sglang-default"
+
+
+def _weights_overflow(sizes: WeightSizes, gpu_bytes: int, mfs: float, device: Device) -> bool:
+    if device is Device.CPU:
+        return sizes.bytes_per_gpu >= gpu_bytes - CPU_ENGINE_RESERVE_BYTES
     return sizes.bytes_per_gpu >= (gpu_bytes - RUNTIME_RESERVE_BYTES) * mfs
 
 
@@ -209,7 +234,13 @@ def _warnings(
     tokens: int,
 ) -> list[str]:
     tp, warnings = request.tensor_parallel, []
-    if _weights_overflow(sizes, gpu_bytes, mfs):
+    if request.device is Device.CPU and _weights_overflow(sizes, gpu_bytes, mfs, request.device):
+        warnings.append(
+            f"weights need {sizes.bytes_per_gpu / GIB:.1f} GiB but spec.serving.cpu.memoryGiB "
+            f"{gpu_bytes / GIB:g} leaves {(gpu_bytes - CPU_ENGINE_RESERVE_BYTES) / GIB:.1f} GiB after the "
+            f"engine's own {CPU_ENGINE_RESERVE_BYTES // GIB} GiB: raise spec.serving.cpu.memoryGiB"
+        )
+    elif _weights_overflow(sizes, gpu_bytes, mfs, request.device):
         budget = (gpu_bytes - RUNTIME_RESERVE_BYTES) * mfs
         warnings.append(
             f"weights need {sizes.bytes_per_gpu / GIB:.1f} GiB per GPU but mem_fraction_static {mfs} leaves "

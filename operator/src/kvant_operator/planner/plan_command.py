@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kvant_operator.api.spec import KvCacheDtype, QuantTargets, WeightFormat
+from kvant_operator.api.spec import Device, KvCacheDtype, QuantTargets, WeightFormat
 from kvant_operator.planner.architecture import ConfigError
 from kvant_operator.planner.capacity_plan import DEFAULT_CONTEXTS, PlanRequest, compare, make_plan
 from kvant_operator.planner.checkpoint_view import load_checkpoint
@@ -39,6 +39,7 @@ def _bounded(kind: type[int] | type[float], low: float, high: float, *, open_low
 
 POSITIVE_INT = _bounded(int, 1, 4096)
 CONTEXT = _bounded(int, 1, 2**31)
+POSITIVE_MIB = _bounded(int, 1, 4 << 20)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -59,7 +60,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--gpu-memory-gib",
         type=_bounded(float, 0, 1e6, open_low=True),
         required=True,
-        help="memory of one GPU (spec.serving.gpu.memoryGiB)",
+        help="memory of one GPU (spec.serving.gpu.memoryGiB); with --device cpu, of the engine container "
+        "(spec.serving.cpu.memoryGiB)",
+    )
+    parser.add_argument(
+        "--device",
+        choices=[d.value for d in Device],
+        default=Device.CUDA.value,
+        help="where the engine computes (spec.serving.device)",
+    )
+    parser.add_argument(
+        "--kv-cache-mib",
+        type=POSITIVE_MIB,
+        help="with --device cpu: the KV cache size (spec.serving.cpu.kvCacheMiB); default: all memory leaves",
     )
     parser.add_argument(
         "--kv-dtype",
@@ -109,7 +122,16 @@ def run(args: argparse.Namespace) -> int:
     if args.tp < 1 or gpus % args.tp:
         print(f"kvant plan: --gpus {gpus} must be a positive multiple of --tp {args.tp}", file=sys.stderr)
         return 2
+    device = Device(args.device)
+    if device is Device.CPU and (args.tp != 1 or args.gpus):
+        print("kvant plan: --device cpu plans one engine process: --tp 1 and no --gpus", file=sys.stderr)
+        return 2
+    if args.kv_cache_mib and device is not Device.CPU:
+        print("kvant plan: --kv-cache-mib applies with --device cpu only", file=sys.stderr)
+        return 2
     request = PlanRequest(
+        device=device,
+        kv_cache_mib=args.kv_cache_mib,
         gpu_memory_gib=args.gpu_memory_gib,
         tensor_parallel=args.tp,
         gpus=gpus,
@@ -132,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     shape = checkpoint.shape
     title = (
         f"{shape.architecture} ({shape.attention.value.upper()}, {shape.num_layers} layers) · TP{args.tp} · "
-        f"{gpus} x {args.gpu_memory_gib:g} GiB · tensors from {checkpoint.inventory.origin}"
+        f"{_hardware(device, gpus, args.gpu_memory_gib)} · tensors from {checkpoint.inventory.origin}"
     )
     if args.json:
         print(json.dumps(make_plan(checkpoint, request).model_dump(mode="json"), indent=2))
@@ -147,3 +169,7 @@ def run(args: argparse.Namespace) -> int:
         # stderr, so that --json keeps stdout one JSON object
         print(f"kvant plan: wrote {args.plot}", file=sys.stderr)
     return 0
+
+
+def _hardware(device: Device, gpus: int, memory_gib: float) -> str:
+    return f"CPU, {memory_gib:g} GiB" if device is Device.CPU else f"{gpus} x {memory_gib:g} GiB"

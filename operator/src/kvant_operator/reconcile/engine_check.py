@@ -36,7 +36,14 @@ def read_engine_check(p: Pass, kube: KubeDoor, settings: OperatorSettings, rolli
         line = EngineCheck.from_log(kube.pod_log(meta["namespace"], meta["name"], CHECK_CONTAINER, 20))
         if line is None:
             continue
-        p.engine = EngineStatus(image=image, sglang_version=line.sglangVersion, python=line.python)
+        p.engine = EngineStatus(
+            image=image,
+            sglang_version=line.sglangVersion,
+            python=line.python,
+            device=line.device,
+            attention_backend=line.attentionBackend,
+            amx=line.amx,
+        )
         if exit_code != 0:
             found = f"SGLang {line.sglangVersion}" if line.sglangVersion else "no SGLang"
             p.condition(

@@ -36,11 +36,9 @@ def _short(name: str, suffix: str) -> str:
 def plan_inputs(spec: QuantizedModelSpec) -> Obj:
     """Everything `kvant plan` reads; a change here means a new plan Job."""
     serving, weights = spec.serving, spec.weights
-    return {
+    common = {
         "source": spec.source.model_dump(mode="json"),
         "tp": serving.tensor_parallel,
-        "gpus": serving.gpu.count,
-        "gpuMemoryGiB": serving.gpu.memory_gib,
         "kvDtype": spec.kv_cache.dtype.value,
         "weights": weights.format.value,
         "groupSize": weights.group_size,
@@ -49,6 +47,17 @@ def plan_inputs(spec: QuantizedModelSpec) -> Obj:
         "memFractionStatic": serving.mem_fraction_static,
         "pageSize": serving.page_size,
     }
+    if (
+        serving.cpu is not None
+    ):  # CPU keys only on CPU: a GPU model's inputs (and plan Job name) stay as they were
+        cpu = {
+            "device": "cpu",
+            "gpuMemoryGiB": serving.cpu.memory_gib,
+            "kvCacheMiB": serving.cpu.kv_cache_mib,
+        }
+        return {**common, **cpu}
+    assert serving.gpu is not None  # the device rule: cuda has a gpu block
+    return {**common, "gpus": serving.gpu.count, "gpuMemoryGiB": serving.gpu.memory_gib}
 
 
 def plan_job_name(model: str, spec: QuantizedModelSpec) -> str:
@@ -63,8 +72,7 @@ def plan_args(spec: QuantizedModelSpec, config_path: str) -> list[str]:
         config_path,
         "--tp",
         str(inputs["tp"]),
-        "--gpus",
-        str(inputs["gpus"]),
+        *(["--gpus", str(inputs["gpus"])] if "gpus" in inputs else ["--device", "cpu"]),
         "--gpu-memory-gib",
         str(inputs["gpuMemoryGiB"]),
         "--kv-dtype",
@@ -79,6 +87,8 @@ def plan_args(spec: QuantizedModelSpec, config_path: str) -> list[str]:
         args += ["--group-size", str(inputs["groupSize"])]
     if inputs["targets"]:
         args += ["--targets", inputs["targets"]]
+    if inputs.get("kvCacheMiB"):
+        args += ["--kv-cache-mib", str(inputs["kvCacheMiB"])]
     if inputs["memFractionStatic"]:
         args += ["--mem-fraction-static", str(inputs["memFractionStatic"])]
     for pattern in inputs["ignore"]:
@@ -291,12 +301,13 @@ def _calibrate_container(
     if calibration.dataset != "builtin":
         args += ["--data", f"{source}/{calibration.dataset}"]  # a path inside the source
     resources: Obj = {"requests": {"cpu": "1", "memory": "2Gi"}}
-    if sizing is not None and sizing.device == "cuda":  # sized by the plan (planner/calibration_sizing.py)
+    gpu = spec.serving.gpu
+    if sizing is not None and sizing.device == "cuda" and gpu is not None:  # planner/calibration_sizing.py
         args += ["--device", "cuda"]
         gpus = str(sizing.gpus)
         resources = {
-            "requests": {"cpu": "4", "memory": "32Gi", spec.serving.gpu.resource: gpus},
-            "limits": {spec.serving.gpu.resource: gpus},
+            "requests": {"cpu": "4", "memory": "32Gi", gpu.resource: gpus},
+            "limits": {gpu.resource: gpus},
         }
     return {
         "name": "calibrate",

@@ -19,7 +19,7 @@ from kvant_contracts.serving_pod import (
     GATE_PORT,
     METRICS_PORT,
 )
-from kvant_operator.api.spec import Engine, QuantizedModelSpec
+from kvant_operator.api.spec import Device, Engine, QuantizedModelSpec
 from kvant_operator.api.status import PlanStatus
 from kvant_operator.artifact_recipe import digest
 from kvant_operator.render.access_secrets import with_access
@@ -140,12 +140,20 @@ def _engine_container(inputs: ServingInputs, role: Role) -> Obj:
     # The user's SGLang image, with the launcher from an emptyDir (render/engine_launcher.py).
     container["image"] = spec.serving.image or settings.runtime_image
     engine_command(container, _launch_spec(inputs, role).to_json())
-    gpus = str(spec.serving.gpu.count)
-    container["resources"] = {
-        "limits": {spec.serving.gpu.resource: gpus},
-        "requests": {spec.serving.gpu.resource: gpus},
-    }
+    container["resources"] = _engine_resources(spec)
     return container
+
+
+def _engine_resources(spec: QuantizedModelSpec) -> Obj:
+    """GPUs on cuda; on cpu the cores and the memory the planner sized the KV cache from (the memory
+    is the limit too, so the node never gives the engine less than its plan)."""
+    if spec.serving.cpu is not None:
+        cpu = spec.serving.cpu
+        memory = f"{round(cpu.memory_gib * 1024)}Mi"
+        return {"requests": {"cpu": str(cpu.cores), "memory": memory}, "limits": {"memory": memory}}
+    assert spec.serving.gpu is not None  # the device rule: cuda has a gpu block
+    gpus = str(spec.serving.gpu.count)
+    return {"limits": {spec.serving.gpu.resource: gpus}, "requests": {spec.serving.gpu.resource: gpus}}
 
 
 def _health_probe(**timing: int) -> Obj:
@@ -161,6 +169,7 @@ def _simulator_args(inputs: ServingInputs, role: Role) -> list[str]:
         "--page-size", str(plan.page_size), "--kv-bytes-per-token", str(plan.kv_bytes_per_token_per_gpu),
         "--max-running-requests", str(_max_running_requests(inputs.plan)),
         "--seed", "0",
+        "--tokenizer", inputs.model_dir.path,
         *_simulator_disaggregation(role),
     ]  # fmt: skip
 
@@ -193,11 +202,13 @@ def _launch_spec(inputs: ServingInputs, role: Role) -> LaunchSpec:
         kvCacheDtype=role.kv_cache_dtype.value,
         tensorParallel=spec.serving.tensor_parallel,
         artifactDigest=inputs.digest or None,
-        memFractionStatic=plan.mem_fraction_static,
+        # On CPU the KV size is --max-total-tokens alone (SGLang's fraction would apply to the host's RAM).
+        memFractionStatic=plan.mem_fraction_static if spec.serving.device is Device.CUDA else None,
         maxRunningRequests=_max_running_requests(plan),
         maxTotalTokens=plan.kv_tokens_per_replica,
         pageSize=spec.serving.page_size,
         disaggregationRole=role.disaggregation,
+        device=spec.serving.device.value,
         host=ENGINE_HOST,
         port=ENGINE_PORT,
         engineArgs=tuple(role.engine_args),
@@ -222,12 +233,18 @@ def _gate_container(inputs: ServingInputs, role: Role) -> Obj:
             # Admission is bounded by the plan until the engine reports its own capacity.
             "--planned-kv-tokens",
             str(inputs.plan.kv_tokens_per_replica),
+            # Prompts are counted with the model's own tokenizer, as the engine counts them.
+            "--tokenizer",
+            inputs.model_dir.path,
         ],
         "ports": [
             {"name": "http", "containerPort": GATE_PORT},
             {"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT},
         ],
-        "volumeMounts": [{"name": "limits", "mountPath": LIMITS_DIR, "readOnly": True}],
+        "volumeMounts": [
+            {"name": "limits", "mountPath": LIMITS_DIR, "readOnly": True},
+            {"name": "model", "mountPath": inputs.model_dir.mount_path, "readOnly": True},
+        ],
         "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 2},
         # The gate's own page, not the engine's health: a slow engine must not restart the gate.
         "livenessProbe": {

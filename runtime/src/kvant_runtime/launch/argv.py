@@ -26,6 +26,7 @@ from pathlib import Path
 from kvant_contracts.launch_spec import LaunchSpec, SpecError
 from kvant_contracts.serving_pod import BOOTSTRAP_PORT
 from kvant_contracts.weight_formats import weight_format
+from kvant_runtime.launch.cpu_engine import cpu_flags, cpu_refusal
 
 # Per-layer KV-cache scales for SGLang's --quantization-param-path, as `kvant calibrate` writes them.
 KV_SCALES_JSON = "kvant-kv-scales.json"
@@ -71,8 +72,13 @@ def quantization_flag(weights_format: str, quant_method: str | None) -> list[str
     return []
 
 
-def kvant_argv(spec: LaunchSpec, quant_method: str | None) -> list[str]:
-    """The flags Kvant derives from the plan, before the passthrough engineArgs."""
+def kvant_argv(spec: LaunchSpec, quant_method: str | None, amx: bool = False) -> list[str]:
+    """The flags Kvant derives from the plan, before the passthrough engineArgs. `amx`: whether the
+    node's CPU has Intel AMX, which picks the CPU backend's attention kernels (cpu_engine.py)."""
+    if spec.device == "cpu":
+        refusal = cpu_refusal(spec.weightsFormat, spec.kvCacheDtype, amx)
+        if refusal is not None:
+            raise SpecError(refusal)
     argv = ["--model-path", spec.modelPath, "--served-model-name", spec.servedModelName]
     argv += ["--tp-size", str(spec.tensorParallel), "--kv-cache-dtype", spec.kvCacheDtype]
     argv += quantization_flag(spec.weightsFormat, quant_method)
@@ -91,6 +97,8 @@ def kvant_argv(spec: LaunchSpec, quant_method: str | None) -> list[str]:
         argv += ["--disaggregation-transfer-backend", spec.transferBackend]
     if spec.disaggregationRole == "prefill":
         argv += ["--disaggregation-bootstrap-port", str(BOOTSTRAP_PORT)]
+    if spec.device == "cpu":
+        argv += cpu_flags(amx, list(spec.engineArgs))
     return [*argv, "--enable-metrics", "--host", spec.host, "--port", str(spec.port)]
 
 
@@ -110,6 +118,7 @@ FLAG_OWNERS = {
     "disaggregation_transfer_backend": "transferBackend",
     "disaggregation_bootstrap_port": "disaggregationRole (the gate relays the prefill's bootstrap port)",
     "enable_metrics": "(always on)",
+    "device": "spec.serving.device",
     "host": "host",
     "port": "port",
     "admin_api_key": "spec.access.adminTokenSecret",

@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         redacted,
         with_admin_key,
     )
+    from kvant_runtime.launch.cpu_engine import ENGINE_ENV, attention_backend, node_has_amx  # noqa: PLC0415
     from kvant_runtime.launch.sglang_support import SGLangMissing, installed_version, unsupported  # noqa: PLC0415
     from kvant_runtime.launch.validate import SGLangRejected, validate_argv  # noqa: PLC0415
 
@@ -102,19 +103,25 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         return _refuse(args.check, version, False, problem)
     log.info("event=launch.sglang version=%s python=%s", version, platform.python_version())
+    found: dict[str, str] = {}  # what the check reports besides the version: the CPU backend's choice
     try:
         spec = load_spec(args.spec) if args.spec else parse_spec_json(args.spec_json)
+        amx = False
+        if spec.device == "cpu":
+            amx = node_has_amx()
+            found = {"device": "cpu", "attentionBackend": attention_backend(amx), "amx": str(amx).lower()}
+            os.environ.update(ENGINE_ENV)  # before SGLang's parser runs: it reads the engine's device
         check_artifact(Path(spec.modelPath), spec.artifactDigest, args.verify_content)
         token = os.environ.get(ADMIN_KEY_ENV, "").strip() or None
-        argv = kvant_argv(spec, checkpoint_quant_method(Path(spec.modelPath))) + list(spec.engineArgs)
+        argv = kvant_argv(spec, checkpoint_quant_method(Path(spec.modelPath)), amx) + list(spec.engineArgs)
         argv = with_admin_key(argv, token)
         validate_argv(argv, list(spec.engineArgs))
     except (SpecError, ManifestError, SGLangRejected) as error:
-        return _refuse(args.check, version, True, str(error))
+        return _refuse(args.check, version, True, str(error), found)
     command = [sys.executable, "-m", "sglang.launch_server", *argv]
     shown = shlex.join(redacted(command))
     if args.check:
-        print(_check_line(version, True, None))
+        print(_check_line(version, True, None, found))
         return 0
     if args.dry_run:
         print(shown)
@@ -125,20 +132,31 @@ def run(args: argparse.Namespace) -> int:
     os.execv(sys.executable, command)
 
 
-def _refuse(check: bool, version: str, supported: bool, problem: str) -> int:
+def _refuse(
+    check: bool, version: str, supported: bool, problem: str, found: dict[str, str] | None = None
+) -> int:
     if check:
-        print(_check_line(version, supported, problem), flush=True)
+        print(_check_line(version, supported, problem, found), flush=True)
     print(f"kvant launch: {problem}", file=sys.stderr)
     return 2
 
 
-def _check_line(version: str, supported: bool, problem: str | None) -> str:
+def _check_line(
+    version: str, supported: bool, problem: str | None, found: dict[str, str] | None = None
+) -> str:
     from kvant_contracts.job_lines import EngineCheck  # noqa: PLC0415
 
-    found = EngineCheck(
-        sglangVersion=version, python=platform.python_version(), supported=supported, problem=problem
+    cpu = found or {}
+    line = EngineCheck(
+        sglangVersion=version,
+        python=platform.python_version(),
+        supported=supported,
+        problem=problem,
+        device=cpu.get("device", "cuda"),
+        attentionBackend=cpu.get("attentionBackend"),
+        amx=cpu.get("amx") == "true" if cpu else None,
     )
-    return json.dumps(found.fields())
+    return json.dumps(line.fields())
 
 
 def check_artifact(artifact: Path, expected_digest: str | None, content: bool) -> None:

@@ -24,6 +24,7 @@ MODULES: tuple[str, ...] = (
     "kvant_runtime",
     "kvant_runtime.launch",
     "kvant_runtime.launch.argv",
+    "kvant_runtime.launch.cpu_engine",
     "kvant_runtime.launch.launch_command",
     "kvant_runtime.launch.sglang_support",
     "kvant_runtime.launch.standalone",
