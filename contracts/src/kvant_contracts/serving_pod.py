@@ -8,6 +8,12 @@ answers with the engine's own `/health`, for the engine container's probes.
 from __future__ import annotations
 
 ENGINE_HEALTH_PATH = "/engine/health"
+# SGLang's /health generates one token and waits at least 1 s, and up to SGLANG_HEALTH_CHECK_TIMEOUT
+# (20 s), for the scheduler to answer; it answers 503 itself past that. So the gate waits that long for
+# it, and the engine's probes wait a little longer: a kubelet's default 1 s probe timeout failed every
+# probe of the real engine, and liveness restarted a healthy engine (found running SGLang on CPU).
+ENGINE_HEALTH_SECONDS = 22
+ENGINE_PROBE_TIMEOUT_SECONDS = 25
 GATE_METRICS_PATH = "/gate/metrics"  # the gate's own metrics on its serving port (its liveness probe)
 # The gate's kvant_gate_rejected_total reasons that mean "this replica is full" (429/503); the
 # alerts, the dashboard and `kvant status` count these.

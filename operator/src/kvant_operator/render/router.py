@@ -21,7 +21,7 @@ published, so replicas starting together can join).
 
 from __future__ import annotations
 
-from kvant_contracts.serving_pod import GATE_PORT, METRICS_PORT
+from kvant_contracts.serving_pod import ENGINE_PROBE_TIMEOUT_SECONDS, GATE_PORT, METRICS_PORT
 from kvant_operator.api.spec import DisaggregationMode, QuantizedModelSpec
 from kvant_operator.render.api_identity import api_access_mount, api_access_volume, api_identity
 from kvant_operator.render.meta import MODEL_LABEL, ROLE_LABEL, SERVING_COMPONENT, Obj, object_meta
@@ -78,6 +78,9 @@ def router_args(model: str, namespace: str, spec: QuantizedModelSpec) -> list[st
     args += ["--policy", spec.serving.router.policy.value]
     args += ["--worker-overload-token-usage", str(spec.protection.target_token_usage)]
     args += RETRIES
+    # smg health-checks each worker's /health, which the gate passes to SGLang's own (1-20 s): its 5 s
+    # default would drop a busy engine from the pool.
+    args += ["--health-check-timeout-secs", str(ENGINE_PROBE_TIMEOUT_SECONDS)]
     args += ["--prometheus-host", "0.0.0.0", "--prometheus-port", str(METRICS_PORT)]
     if meshed(spec.serving.router.replicas):  # the peers: see router_command
         args += ["--enable-mesh", "--mesh-server-name", "$(POD_NAME)", "--mesh-port", str(MESH_PORT)]

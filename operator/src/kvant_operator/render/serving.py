@@ -15,6 +15,7 @@ from kvant_contracts.serving_pod import (
     ENGINE_HEALTH_PATH,
     ENGINE_HOST,
     ENGINE_PORT,
+    ENGINE_PROBE_TIMEOUT_SECONDS,
     GATE_METRICS_PATH,
     GATE_PORT,
     METRICS_PORT,
@@ -157,8 +158,10 @@ def _engine_resources(spec: QuantizedModelSpec) -> Obj:
 
 
 def _health_probe(**timing: int) -> Obj:
-    """The engine's /health, through the gate's metrics port (the engine itself is on loopback)."""
-    return {"httpGet": {"path": ENGINE_HEALTH_PATH, "port": METRICS_PORT}, **timing}
+    """The engine's /health, through the gate's metrics port (the engine itself is on loopback), with
+    the time SGLang's health check takes (serving_pod.ENGINE_PROBE_TIMEOUT_SECONDS)."""
+    get = {"path": ENGINE_HEALTH_PATH, "port": METRICS_PORT}
+    return {"httpGet": get, "timeoutSeconds": ENGINE_PROBE_TIMEOUT_SECONDS, **timing}
 
 
 def _simulator_args(inputs: ServingInputs, role: Role) -> list[str]:
@@ -245,7 +248,12 @@ def _gate_container(inputs: ServingInputs, role: Role) -> Obj:
             {"name": "limits", "mountPath": LIMITS_DIR, "readOnly": True},
             {"name": "model", "mountPath": inputs.model_dir.mount_path, "readOnly": True},
         ],
-        "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 2},
+        # The engine's /health through the gate's own port: ready when a request would be served.
+        "readinessProbe": {
+            "httpGet": {"path": "/health", "port": "http"},
+            "periodSeconds": 2,
+            "timeoutSeconds": ENGINE_PROBE_TIMEOUT_SECONDS,
+        },
         # The gate's own page, not the engine's health: a slow engine must not restart the gate.
         "livenessProbe": {
             "httpGet": {"path": GATE_METRICS_PATH, "port": "http"},

@@ -23,7 +23,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kvant_contracts.limits import Limits, LimitsError, parse_limits_text
-from kvant_contracts.serving_pod import ENGINE_HEALTH_PATH, GATE_METRICS_PATH
+from kvant_contracts.serving_pod import ENGINE_HEALTH_PATH, ENGINE_HEALTH_SECONDS, GATE_METRICS_PATH
 from kvant_runtime.gate.access import Access
 from kvant_runtime.gate.admission import Admission
 from kvant_runtime.gate.concurrency import ConcurrencyController
@@ -122,13 +122,13 @@ class EngineWindow:
 
     async def engine_health(self, _request: web.Request) -> web.Response:
         try:
-            status, body = await self._get("/health")
+            status, body = await self._get("/health", ENGINE_HEALTH_SECONDS)
         except EngineUnreachable as err:
             return web.Response(status=503, text=f"engine unreachable: {err}\n")
         return web.Response(status=status, body=body)
 
-    async def _get(self, path: str) -> tuple[int, bytes]:
-        timeout = aiohttp.ClientTimeout(total=_ENGINE_READ_TIMEOUT)
+    async def _get(self, path: str, seconds: float = _ENGINE_READ_TIMEOUT) -> tuple[int, bytes]:
+        timeout = aiohttp.ClientTimeout(total=seconds)
         try:
             async with self.session.get(f"{self.upstream}{path}", timeout=timeout) as resp:
                 body = await resp.content.read(_ENGINE_METRICS_MAX_BYTES + 1)
