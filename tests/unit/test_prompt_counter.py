@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 from transformers import AutoTokenizer
 
-from kvant_runtime.prompt_counter import ByteEstimate, ModelTokenizer, TokenizerError, load_counter
+from kvant_runtime.prompt_counter import (
+    LONG_TEXT_CHARS,
+    ByteEstimate,
+    ModelTokenizer,
+    TokenizerError,
+    load_counter,
+)
 from kvant_runtime.request_cost import cost_request
 from kvant_runtime.tinychat import ensure_tiny_chat_model
 
@@ -49,8 +55,10 @@ def test_chat_is_counted_through_the_models_template(model):
     reference = AutoTokenizer.from_pretrained(model)
     counter = ModelTokenizer(model)
     for messages in CONVERSATIONS[:1]:  # plain string contents: the template's own input
-        expected = reference.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
-        assert counter.chat(messages) == len(expected["input_ids"])  # a BatchEncoding in transformers 5
+        # As apply_chat_template(tokenize=True) does: render, then encode without special tokens.
+        text = reference.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        assert isinstance(text, str)
+        assert counter.chat(messages) == len(reference.encode(text, add_special_tokens=False))
     assert counter.chat(CONVERSATIONS[1]) > counter.chat(CONVERSATIONS[0])
 
 
@@ -92,3 +100,12 @@ def test_a_folder_without_a_tokenizer_estimates_and_a_broken_one_is_named(tmp_pa
     (broken / "tokenizer.json").write_text("{not json")
     with pytest.raises(TokenizerError, match=r"tokenizer.json"):
         load_counter(broken)
+
+
+def test_a_long_prompt_is_counted_alike_off_the_gil(model):
+    """Long texts take the GIL-releasing path; the count must not change with the path."""
+    counter = ModelTokenizer(model)
+    long_text = TEXTS[0] * 200  # above LONG_TEXT_CHARS
+    assert len(long_text) > LONG_TEXT_CHARS
+    reference = AutoTokenizer.from_pretrained(model)
+    assert counter.text(long_text) == len(reference.encode(long_text))

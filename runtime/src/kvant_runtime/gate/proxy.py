@@ -24,7 +24,7 @@ from kvant_runtime.gate.admission import Admission, Rejected, Ticket
 from kvant_runtime.gate.forecast import OutputForecast
 from kvant_runtime.gate.gate_metrics import GateMetrics
 from kvant_runtime.gate.route_policy import RouteClass, classify
-from kvant_runtime.prompt_counter import ByteEstimate, PromptCounter
+from kvant_runtime.prompt_counter import LONG_TEXT_CHARS, ByteEstimate, PromptCounter
 from kvant_runtime.request_cost import BadRequest, cost_request
 
 log = logging.getLogger("kvant.gate")
@@ -36,6 +36,9 @@ WHOLE_BODY_BYTES = 1 << 20
 STREAM_TAIL_BYTES = 256 << 10
 # A client that has not sent its whole body by then is cut off (408): a slow sender holds no slot.
 BODY_READ_SECONDS = 30.0
+# Bodies larger than this are costed in a worker thread when a tokenizer counts them (see
+# _admit_and_forward): about 1,000 tokens of prose; the tokenizer releases the GIL for such texts.
+INLINE_COUNT_BYTES = LONG_TEXT_CHARS
 # Requests the gate holds at once, of every kind (queued, in flight, passed through); past it, 503.
 MAX_OPEN_REQUESTS = 8192
 # Per-connection headers (RFC 9110 §7.6.1) plus the ones aiohttp recomputes for the new hop.
@@ -130,8 +133,14 @@ class Proxy:
         return await self._forward(request, body)
 
     async def _admit_and_forward(self, request: web.Request, body: bytes) -> web.StreamResponse:
+        default = self.admission.limits.defaultMaxTokens
         try:
-            cost = cost_request(request.path, body, self.admission.limits.defaultMaxTokens, self.counter)
+            if self.counter.exact and len(body) > INLINE_COUNT_BYTES:
+                # A tokenizer takes milliseconds per 1,000 tokens (bench/gate/token_count.py): off the
+                # event loop, so one long prompt does not stall every other request's relay.
+                cost = await asyncio.to_thread(cost_request, request.path, body, default, self.counter)
+            else:
+                cost = cost_request(request.path, body, default, self.counter)
         except BadRequest as bad:
             raise Refused(400, "bad_request", str(bad)) from None
         limits = self.admission.limits
