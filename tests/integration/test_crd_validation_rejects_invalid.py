@@ -107,6 +107,27 @@ CREATE_CASES = [
         True,
     ),
     ("negative-replicas", {"serving": {"replicas": -1}}, "spec.serving.replicas", False),
+    ("cpu-without-cpu-block", {"serving": {"device": "cpu"}}, "spec.serving.device", True),
+    (
+        "cpu-with-tensor-parallel",
+        {"serving": {"device": "cpu", "gpu": DELETE, "cpu": {"memoryGiB": 8}, "tensorParallel": 2}},
+        "spec.serving.device",
+        True,
+    ),
+    (
+        "cpu-with-mem-fraction",
+        {"serving": {"device": "cpu", "gpu": DELETE, "cpu": {"memoryGiB": 8}, "memFractionStatic": 0.8}},
+        "spec.serving.device",
+        True,
+    ),
+    (
+        "cpu-kv-cache-zero",
+        {"serving": {"device": "cpu", "gpu": DELETE, "cpu": {"memoryGiB": 8, "kvCacheMiB": 0}}},
+        "spec.serving.cpu.kvCacheMiB",
+        False,
+    ),
+    ("device-cuda-without-gpu", {"serving": {"gpu": DELETE}}, "spec.serving.device", True),
+    ("bad-device", {"serving": {"device": "tpu"}}, "spec.serving.device", False),
     ("replicas-under-pd", {"serving": {"replicas": 2, "disaggregation": PD}}, "spec.serving.replicas", True),
     (
         "token-usage-above-one",
