@@ -34,9 +34,9 @@ LOAD = LoadShape(clients=4, seconds=4, prompt_tokens=100, new_tokens=20, slo_sec
 _COMPARISON = re.compile(r" (>=|<=|==|!=|>|<) ")
 
 
-def dashboard_queries(namespace: str) -> list[str]:
+def dashboard_queries(namespace: str, model: str = MODEL) -> list[str]:
     dashboard = json.loads((FILES / "kvant-dashboard.json").read_text())
-    values = {"$namespace": namespace, "$model": MODEL, "$__rate_interval": "1m"}
+    values = {"$namespace": namespace, "$model": model, "$__rate_interval": "1m"}
     queries = []
     for panel in dashboard["panels"]:
         for target in panel["targets"]:

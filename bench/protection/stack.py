@@ -1,4 +1,5 @@
-"""What both protection benches run: `kvant sim` on loopback with a front in one of the modes.
+"""What the protection benches run: an engine on loopback (`kvant sim`, or the real SGLang in
+`real_engine.py`) with a front in one of the modes.
 
 The fronts: `kvant gate` with its limits in `off` (it only proxies), `worstCase` (enforce, each
 request reserves its whole max_new_tokens) or `forecast` (enforce, prompt plus the learned output
@@ -73,14 +74,33 @@ def serving_stack(
     sim_flags: Sequence[str] = (),
     limits: dict[str, object] | None = None,
 ) -> Iterator[Stack]:
-    engine, front = free_port(), free_port()
+    engine = free_port()
     kvant = [sys.executable, "-m", "kvant_cli.main"]
     sim = [
         *kvant,
         *("sim", "--port", str(engine), "--model-name", "bench", "--kv-tokens", str(kv_tokens)),
         *("--max-running-requests", str(max(1, kv_tokens // 256)), *sim_flags),
     ]
-    engine_url = f"http://127.0.0.1:{engine}"
+    proc = subprocess.Popen(sim, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with serving_front(workdir, f"http://127.0.0.1:{engine}", mode, limits) as stack:
+            yield stack
+    finally:
+        proc.terminate()
+        _stop(proc)
+
+
+@contextlib.contextmanager
+def serving_front(
+    workdir: Path,
+    engine_url: str,
+    mode: str,
+    limits: dict[str, object] | None = None,
+    gate_flags: Sequence[str] = (),
+) -> Iterator[Stack]:
+    """A front in `mode` before an engine that is already serving (the simulator, or the real one)."""
+    front = free_port()
+    kvant = [sys.executable, "-m", "kvant_cli.main"]
     if mode == DETECTOR:
         front_cmd = [sys.executable, str(HERE / "saturation_detector.py"), "--listen", str(front)]
         front_cmd += ["--upstream", engine_url]
@@ -88,18 +108,15 @@ def serving_stack(
         path = workdir / f"limits-{mode}.yaml"
         path.write_text(render_limits(parse_limits({**LIMITS, **(limits or {}), **GATE_MODES[mode]})))
         front_cmd = [*kvant, "gate", "--listen", f"127.0.0.1:{front}", "--upstream", engine_url]
-        front_cmd += ["--limits", str(path)]
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    procs = [subprocess.Popen(sim, **quiet), subprocess.Popen(front_cmd, **quiet)]  # type: ignore[call-overload]
+        front_cmd += ["--limits", str(path), *gate_flags]
+    proc = subprocess.Popen(front_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_until(lambda: http_ok(f"http://127.0.0.1:{front}/health"), 60, "sim + front")
+        wait_until(lambda: http_ok(f"http://127.0.0.1:{front}/health"), 60, "engine + front")
         time.sleep(2)  # let the gate's local loop see a healthy engine
         yield Stack(f"http://127.0.0.1:{front}", engine_url)
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            _stop(proc)
+        proc.terminate()
+        _stop(proc)
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

@@ -174,7 +174,9 @@ class LocalCluster:
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        argv = [str(self.toolchain.kubectl), f"--kubeconfig={self.kubeconfig}", *args]
+        # kubectl caches discovery under ~/.kube/cache unless told: the cluster's folder keeps it hermetic.
+        cache = f"--cache-dir={self.kubeconfig.parent / 'kubectl-cache'}"
+        argv = [str(self.toolchain.kubectl), f"--kubeconfig={self.kubeconfig}", cache, *args]
         result = subprocess.run(argv, input=input, capture_output=True, text=True, check=False, timeout=120)
         if check and result.returncode != 0:
             raise KubectlError(

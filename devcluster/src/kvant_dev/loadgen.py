@@ -55,13 +55,9 @@ async def _client(
 ) -> None:
     while time.monotonic() < deadline:
         started = time.monotonic()
-        # Prompts are counted at 4 bytes per token by the gate and the simulator alike
-        # (kvant_runtime.tokens). Each differs in its last bytes, so a simulator drawing natural answer
-        # lengths per prompt draws a new one for each request.
-        text = "x" * (4 * shape.prompt_tokens - 8) + f"{next(numbers) % 10**8:08d}"
-        body = {"text": text, "sampling_params": {"max_new_tokens": shape.new_tokens}}
+        body = {"text": shape.prompt(next(numbers)), "sampling_params": shape.sampling()}
         try:
-            timeout = aiohttp.ClientTimeout(total=max(1.0, deadline - started))
+            timeout = aiohttp.ClientTimeout(total=max(1.0, deadline + shape.drain_seconds - started))
             async with session.post(url, json=body, timeout=timeout) as response:
                 result.statuses[response.status] += 1
                 if response.status == 200:
@@ -83,6 +79,29 @@ class LoadShape:
     prompt_tokens: int
     new_tokens: int
     slo_seconds: float
+    # Real text for a model with a real tokenizer: request N sends texts[N % len] (prompt_tokens is
+    # then only what the caller expects). Empty: the bytes-counted filler below.
+    texts: tuple[str, ...] = ()
+    # Every answer runs to new_tokens (SGLang's min_new_tokens) without ignore_eos, which would make
+    # SGLang reserve each request's whole limit and never retract: the overload case.
+    run_to_limit: bool = False
+    # How long a request sent before the end may still take: 0 cuts every request at the end (counted
+    # in `errors`); more lets what was sent finish, so `errors` counts only real failures.
+    drain_seconds: float = 0.0
+
+    def prompt(self, number: int) -> str:
+        if self.texts:
+            return f"{number % 10**8:08d} {self.texts[number % len(self.texts)]}"
+        # Without a tokenizer the gate and the simulator count 4 bytes per token (kvant_runtime.tokens).
+        # Each prompt differs in its last bytes, so a simulator drawing natural answer lengths per
+        # prompt draws a new one for each request.
+        return "x" * (4 * self.prompt_tokens - 8) + f"{number % 10**8:08d}"
+
+    def sampling(self) -> dict[str, int]:
+        sampling = {"max_new_tokens": self.new_tokens}
+        if self.run_to_limit:
+            sampling["min_new_tokens"] = self.new_tokens
+        return sampling
 
 
 async def run_load(base_url: str, shape: LoadShape) -> LoadResult:

@@ -1,0 +1,309 @@
+"""Protection measured on the real SGLang engine (0.5.23, CPU backend), and the simulator held to it.
+
+The engine is SGLang itself, from the local cluster's engine image (hack/engine-image.sh), launched by
+Kvant's launcher as a serving pod launches it (`bench/real_engine.py`), serving the tiny trained chat
+model (`kvant_runtime.tinychat`: its own BPE tokenizer and chat template) with `--max-total-tokens`
+KV tokens (default 4,096) on loopback. Three parts, one run:
+
+1. **The prompt count's error.** Prose, code and JSON prompts go straight to the engine; its reported
+   `prompt_tokens` is the truth. Printed: the bytes ÷ 4 estimate and the model-tokenizer count the
+   gate uses, each as a ratio to the truth (text prompts and chat messages).
+2. **Protection.** Closed-loop clients (`kvant_dev.loadgen`) send real prose prompts and every answer
+   runs to its `max_new_tokens` (SGLang's `min_new_tokens`; not `ignore_eos`, with which SGLang would
+   reserve each request's whole limit and never retract): the overload regime. 1x is the number of
+   clients whose prompt plus answer fill the cache; the grid is 1x, 2x and 4x, behind five fronts:
+   the gate in `off`, `worstCase` and `forecast` (counting with the model's tokenizer), `forecast`
+   counting bytes ÷ 4 (the gate without a tokenizer, as before), and GIE's saturation detector
+   (`saturation_detector.py`). Goodput counts output tokens of requests completed within the SLO
+   (k x the unloaded latency, measured first through `off` with one client). Retractions are the
+   engine's own counter, per 1,000 completed requests. The engine's radix cache is flushed between
+   cells.
+3. **The simulator beside the real engine.** The same fixed set of requests (2x clients, each sending
+   the same prompts) goes straight to the real engine and to `kvant sim --tokenizer` (the model's
+   tokenizer, the same `--max-total-tokens` and `--max-running-requests`); each engine's /metrics is
+   sampled every 0.25 s. Printed side by side: token usage (mean, peak), the largest running batch,
+   the mean queue, when the first retraction came (share of requests finished by then), retractions,
+   and the prompt and generated token totals. Time is not compared: the simulator's cost model is a
+   GPU's and this engine runs on two CPU cores.
+
+    python bench/protection/real_engine.py [--kv-tokens 4096] [--seconds 40] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from kvant_dev.loadgen import LoadResult, LoadShape, engine_retractions, generate_load
+from kvant_dev.netutil import free_port, http_ok, wait_until
+from kvant_runtime.prompt_counter import ByteEstimate, ModelTokenizer
+from kvant_runtime.tinychat import ensure_tiny_chat_model
+
+# Run by path, the bench has its own folder on sys.path, not the repository root.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.protection.stack import DETECTOR, serving_front
+from bench.real_engine import real_engine
+
+PROSE = (
+    "The harbour wakes before the town does, and the boats round the breakwater in the grey light.",
+    "To build a simple bookshelf you need four boards of the same length, screws and patience.",
+    "Meeting notes: the release slipped a day because a flaky test depended on dictionary order.",
+    "Our neighbour keeps bees at the bottom of her orchard and brings us dark honey every autumn.",
+    "The night train left at eleven; by morning the fields outside were white with frost.",
+    "Measure twice and cut once is the oldest advice in the workshop, and it is still the best.",
+)
+ODD = (
+    'def area(r: float) -> float:\n    return 3.14159 * r ** 2  # {"unit": "m2"}\n',
+    '{"id": 7, "tags": ["kv", "fp8"], "limits": {"maxConcurrency": 64, "queueTimeoutSeconds": 30}}',
+    "SELECT name, count(*) FROM requests WHERE status = 429 GROUP BY name ORDER BY 2 DESC;",
+)
+FRONTS = ("off", "worstCase", "forecast", "forecast-bytes", DETECTOR)
+LOADS = (1, 2, 4)
+NEW_TOKENS = 96
+# The gate's limits here: as the simulator benches' (stack.LIMITS), with a queue as long as a CPU
+# engine's answers take (a 2 s timeout would turn away what the engine finishes in 5).
+GATE_LIMITS: dict[str, object] = {"maxQueued": 64, "queueTimeoutSeconds": 10}
+MAX_RUNNING = 64
+SAMPLE_SECONDS = 0.25
+
+
+def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=300) as response:
+        answer: dict[str, Any] = json.load(response)
+    return answer
+
+
+def count_error(engine: str, model: Path) -> dict[str, Any]:
+    """The gate's two counts against the engine's, per prompt: ratios count / truth."""
+    exact, estimate = ModelTokenizer(model), ByteEstimate()
+    rows: dict[str, list[tuple[int, int, int]]] = {"text": [], "chat": []}
+    for text in (*PROSE, *ODD):
+        truth = post(f"{engine}/generate", {"text": text, "sampling_params": {"max_new_tokens": 1}})
+        rows["text"].append((truth["meta_info"]["prompt_tokens"], estimate.text(text), exact.text(text)))
+        messages = [{"role": "user", "content": text}]
+        chat = post(
+            f"{engine}/v1/chat/completions", {"model": "bench", "messages": messages, "max_tokens": 1}
+        )
+        rows["chat"].append((chat["usage"]["prompt_tokens"], estimate.chat(messages), exact.chat(messages)))
+    report = {}
+    for kind, found in rows.items():
+        by_bytes = [e / t for t, e, _ in found]
+        report[kind] = {
+            "prompts": len(found),
+            "truth_tokens": sum(t for t, _, _ in found),
+            "bytes_estimate_tokens": sum(e for _, e, _ in found),
+            "bytes_ratio_min": round(min(by_bytes), 2),
+            "bytes_ratio_median": round(statistics.median(by_bytes), 2),
+            "bytes_ratio_max": round(max(by_bytes), 2),
+            "tokenizer_exact": sum(x == t for t, _, x in found),
+        }
+    return report
+
+
+def flush(engine: str, wait_seconds: float = 180) -> None:
+    """Empties SGLang's radix cache, so each cell starts from the same engine state. SGLang refuses
+    (400) while requests still run, and the last cell's cut requests may: retry until it is idle."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            request = urllib.request.Request(f"{engine}/flush_cache", method="POST")
+            with urllib.request.urlopen(request, timeout=30):
+                return
+        except urllib.error.HTTPError as error:
+            if error.code != 400 or time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
+def gate_flags(front: str, model: Path) -> list[str]:
+    return [] if front in ("forecast-bytes", DETECTOR) else ["--tokenizer", str(model)]
+
+
+def front_mode(front: str) -> str:
+    return "forecast" if front == "forecast-bytes" else front
+
+
+def protection(
+    engine: str, model: Path, workdir: Path, *, kv_tokens: int, seconds: float, k: float
+) -> dict[str, Any]:
+    prompt = statistics.mean(ModelTokenizer(model).text(t) for t in PROSE) + 9  # + the request number
+    one_x = max(1, round(kv_tokens / (prompt + NEW_TOKENS)))
+    base = LoadShape(1, 30, int(prompt), NEW_TOKENS, slo_seconds=1e9, texts=PROSE, run_to_limit=True)
+    with serving_front(workdir, engine, "off", GATE_LIMITS, gate_flags("off", model)) as stack:
+        unloaded = generate_load(stack.front, base)
+    latency = statistics.median(unloaded.latencies)
+    slo = k * latency
+    print(f"1x = {one_x} clients; unloaded latency {latency:.2f} s; SLO {slo:.2f} s", flush=True)
+    cells: dict[str, Any] = {}
+    for front in FRONTS:
+        for load in LOADS:
+            flush(engine)
+            shape = LoadShape(
+                load * one_x, seconds, int(prompt), NEW_TOKENS, slo, texts=PROSE, run_to_limit=True
+            )
+            with serving_front(
+                workdir, engine, front_mode(front), GATE_LIMITS, gate_flags(front, model)
+            ) as stack:
+                before = engine_retractions(engine)
+                result = generate_load(stack.front, shape)
+                retractions = engine_retractions(engine) - before
+            cells[f"{front}@{load}x"] = _cell(result, retractions)
+            print(f"{front:>18} {load}x  {json.dumps(cells[f'{front}@{load}x'])}", flush=True)
+    return {"one_x_clients": one_x, "unloaded_latency_s": latency, "slo_s": slo, "cells": cells}
+
+
+def _cell(result: LoadResult, retractions: float) -> dict[str, Any]:
+    done = result.completed
+    return {
+        "goodput": round(result.goodput, 1),
+        "completed": done,
+        "statuses": {str(k): v for k, v in sorted(result.statuses.items())},
+        "errors": result.errors,
+        "retractions": int(retractions),
+        "retractions_per_1000": round(1000 * retractions / done, 1) if done else None,
+    }
+
+
+@contextmanager
+def simulator(model: Path, kv_tokens: int) -> Iterator[str]:
+    port = free_port()
+    command = [sys.executable, "-m", "kvant_cli.main", "sim", "--port", str(port), "--model-name", "bench"]
+    command += ["--kv-tokens", str(kv_tokens), "--max-running-requests", str(MAX_RUNNING)]
+    command += ["--tokenizer", str(model)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/health"), 60, "the simulator")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+def side_by_side(engine: str, model: Path, kv_tokens: int, clients: int, per_client: int) -> dict[str, Any]:
+    flush(engine)
+    real = asyncio.run(_fixed_run(engine, clients, per_client))
+    with simulator(model, kv_tokens) as sim:
+        simulated = asyncio.run(_fixed_run(sim, clients, per_client))
+    return {"real": real, "simulator": simulated}
+
+
+async def _fixed_run(engine: str, clients: int, per_client: int) -> dict[str, Any]:
+    """`clients` closed-loop clients, each sending `per_client` requests straight to the engine, while
+    its metrics are sampled; the same prompts in the same order for every engine."""
+    samples: list[dict[str, float]] = []
+    finished = [0]
+    first_retraction: list[float] = []
+    stop = asyncio.Event()
+    total = clients * per_client
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
+
+        async def client(index: int) -> None:
+            for i in range(per_client):
+                number = index * per_client + i
+                text = f"{number:08d} {PROSE[number % len(PROSE)]}"
+                body = {
+                    "text": text,
+                    "sampling_params": {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS},
+                }
+                async with session.post(f"{engine}/generate", json=body) as response:
+                    await response.read()
+                finished[0] += 1
+
+        async def sampler() -> None:
+            while not stop.is_set():
+                sample = await _engine_sample(session, engine)
+                samples.append(sample)
+                if sample["retracted"] > 0 and not first_retraction:
+                    first_retraction.append(finished[0] / total)
+                await asyncio.sleep(SAMPLE_SECONDS)
+
+        watcher = asyncio.create_task(sampler())
+        await asyncio.gather(*(client(c) for c in range(clients)))
+        stop.set()
+        await watcher
+        final = await _engine_sample(session, engine)
+    usage = [s["token_usage"] for s in samples]
+    return {
+        "token_usage_mean": round(statistics.mean(usage), 3) if usage else None,
+        "token_usage_peak": round(max(usage), 3) if usage else None,
+        "largest_running_batch": int(max((s["running"] for s in samples), default=0)),
+        "queue_mean": round(statistics.mean(s["queued"] for s in samples), 1) if samples else None,
+        "first_retraction_at_share_done": round(first_retraction[0], 2) if first_retraction else None,
+        "retractions": int(final["retracted"]),
+        "prompt_tokens": int(final["prompt_tokens"]),
+        "generation_tokens": int(final["generation_tokens"]),
+    }
+
+
+async def _engine_sample(session: aiohttp.ClientSession, engine: str) -> dict[str, float]:
+    async with session.get(f"{engine}/metrics") as response:
+        text = await response.text()
+    names = {
+        "token_usage": "sglang:token_usage",
+        "running": "sglang:num_running_reqs",
+        "queued": "sglang:num_queue_reqs",
+        "retracted": "sglang:num_retracted_requests_total",
+        "prompt_tokens": "sglang:prompt_tokens_total",
+        "generation_tokens": "sglang:generation_tokens_total",
+    }
+    found = dict.fromkeys(names, 0.0)
+    for line in text.splitlines():
+        name = line.split("{")[0].split(" ")[0]
+        for key, metric in names.items():
+            if name == metric:
+                found[key] += float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--kv-tokens", type=int, default=4096, help="the engine's --max-total-tokens")
+    parser.add_argument("--seconds", type=float, default=40.0, help="measured seconds per protection cell")
+    parser.add_argument("--slo-factor", type=float, default=3.0, help="SLO = this x the unloaded latency")
+    parser.add_argument("--per-client", type=int, default=4, help="requests per client, side by side")
+    parser.add_argument("--skip", choices=["count", "protection", "simulator"], action="append", default=[])
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    # SIGTERM (a timeout, a Ctrl-C from another shell) unwinds, so the engine's process group is stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    model = ensure_tiny_chat_model()
+    workdir = Path(tempfile.mkdtemp(prefix="kvant-bench-real-engine-"))
+    report: dict[str, Any] = {"kv_tokens": args.kv_tokens, "new_tokens": NEW_TOKENS}
+    started = time.monotonic()
+    with real_engine(model, args.kv_tokens, workdir, MAX_RUNNING) as engine:
+        print(f"real engine up in {time.monotonic() - started:.0f} s", flush=True)
+        if "count" not in args.skip:
+            report["prompt_count"] = count_error(engine, model)
+            print(json.dumps(report["prompt_count"], indent=1), flush=True)
+        if "protection" not in args.skip:
+            report["protection"] = protection(
+                engine, model, workdir, kv_tokens=args.kv_tokens, seconds=args.seconds, k=args.slo_factor
+            )
+        if "simulator" not in args.skip:
+            one_x = (report.get("protection") or {}).get("one_x_clients", 32)
+            report["side_by_side"] = side_by_side(engine, model, args.kv_tokens, 2 * one_x, args.per_client)
+            print(json.dumps(report["side_by_side"], indent=1), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
