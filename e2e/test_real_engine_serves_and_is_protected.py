@@ -1,0 +1,218 @@
+"""The real SGLang engine (0.5.23, CPU backend) serves a tiny trained chat model in the local cluster,
+behind the gate and the router, and the gate's protection holds against the engine itself: its
+tokenizer, its scheduler, its retractions and its metrics (no simulator anywhere in this module).
+
+Stand-ins here, as everywhere in the local cluster: the two sgl-kernel CPU bookkeeping ops
+(`kvant_dev/engine_image/sgl_kernel_standin`), since no CPU build of sgl-kernel is on PyPI.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from openai import OpenAI
+from tests.kube_wait import wait_for
+from tests.prom_text import metric_sum
+from tests.unit.test_status_read_by_kstatus_and_argocd import kstatus
+
+from e2e.qm import apply, get_qm, metric_value, metrics_url, patch_spec, service_url, serving_pods, wait_ready
+from e2e.test_dashboard_and_alert_queries_return_series import alert_queries, dashboard_queries
+from kvant_dev.cluster import LocalCluster
+from kvant_dev.loadgen import LoadShape, engine_retractions, generate_load
+from kvant_dev.prometheus import Prometheus, pod_discovery_job, static_job
+from kvant_runtime.prompt_counter import ModelTokenizer
+from kvant_runtime.tinychat import ensure_tiny_chat_model
+
+# Each test starts real engines (each about 1-3 min on a loaded 2-core machine) and loads them.
+pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.timeout(1500)]
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "tinychat-cpu.yaml"
+READY_SECONDS = 600  # two engine starts on a loaded 2-core machine
+PROSE = [
+    "The harbour wakes before the town does, and the fishing boats round the breakwater.",
+    "To build a simple bookshelf you need four boards of the same length and a great deal of patience.",
+    "Meeting notes, Thursday: the release, the on-call rota and the office move were discussed.",
+    "Measure twice and cut once is the oldest advice in the workshop, and it is still the best.",
+]
+
+
+@pytest.fixture(scope="session")
+def chat_model_uri(kvant_crds: LocalCluster) -> str:
+    """The tiny chat model at the node path examples/tinychat-cpu.yaml names; returns its file:// URI."""
+    uri: str = yaml.safe_load(EXAMPLE.read_text())["spec"]["source"]["uri"]
+    shutil.copytree(
+        ensure_tiny_chat_model(), kvant_crds.node_path(uri.removeprefix("file://")), dirs_exist_ok=True
+    )
+    return uri
+
+
+def chat_model(name: str, **spec: Any) -> dict[str, Any]:
+    """The example as written, with spec sections merged in."""
+    manifest: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    manifest["metadata"] = {"name": name}
+    for section, values in spec.items():
+        manifest["spec"][section] = {**manifest["spec"].get(section, {}), **values}
+    return manifest
+
+
+def pod_metrics(pod: client.V1Pod) -> str:
+    """A serving pod's merged gate + engine metrics page."""
+    with urllib.request.urlopen(f"{metrics_url(pod)}/metrics", timeout=10) as response:
+        return response.read().decode()
+
+
+def by_pod(pods: list[client.V1Pod], name: str) -> dict[str, float]:
+    return {pod.metadata.name: metric_sum(pod_metrics(pod), name) for pod in pods}
+
+
+def test_real_engine_serves_openai_clients_through_the_router(cluster, operator, namespace, chat_model_uri):
+    name = "chat"
+    apply(cluster, namespace, chat_model(name, serving={"replicas": 2}))
+    qm = wait_ready(cluster, namespace, name, timeout=READY_SECONDS)
+
+    engine = qm["status"]["engine"]
+    assert (engine["sglangVersion"], engine["device"]) == ("0.5.23", "cpu"), engine
+    assert engine["attentionBackend"] in ("torch_native", "intel_amx"), engine
+    assert kstatus([get_qm(cluster, namespace, name)]) == ["Current"]  # as Flux reads it
+
+    url = service_url(cluster, namespace, name)  # the router: smg in front of both gates
+    openai = OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=120, max_retries=0)
+    messages: list[Any] = [{"role": "user", "content": PROSE[0]}]
+    chat = openai.chat.completions.create(model=name, messages=messages, max_tokens=64)
+    assert chat.choices[0].message.content and chat.usage is not None
+    # The gate counts this prompt with the model's tokenizer and chat template, as the engine does.
+    counter = ModelTokenizer(cluster.node_path(chat_model_uri.removeprefix("file://")))
+    assert chat.usage.prompt_tokens == counter.chat(messages), chat.usage
+
+    completion = openai.completions.create(model=name, prompt=PROSE[1], max_tokens=16)
+    assert completion.choices[0].text is not None and completion.usage is not None
+    assert completion.usage.prompt_tokens == counter.text(PROSE[1]), completion.usage
+
+    stream = openai.chat.completions.create(
+        model=name,
+        messages=messages,
+        max_tokens=32,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    usage = chunks[-1].usage
+    assert usage is not None and 0 < usage.completion_tokens <= 32, chunks[-1]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+    # A shared prefix lands on one replica (smg's cache_aware policy), whose radix cache then hits.
+    pods = serving_pods(cluster, namespace, name)
+    assert len(pods) == 2
+    before = by_pod(pods, "kvant_gate_admitted_total")
+    prefix = " ".join(PROSE) * 3
+    for i in range(12):
+        openai.completions.create(model=name, prompt=f"{prefix} Question {i}:", max_tokens=4)
+        if i == 0:
+            time.sleep(3)  # the first placement reaches the other router through the mesh
+    after = by_pod(pods, "kvant_gate_admitted_total")
+    admitted = {pod: count - before[pod] for pod, count in after.items()}
+    assert max(admitted.values()) >= 10, admitted
+    hot = max(admitted, key=lambda pod: admitted[pod])
+    hit_rate = metric_sum(
+        pod_metrics(next(p for p in pods if p.metadata.name == hot)), "sglang:cache_hit_rate"
+    )
+    assert hit_rate > 0, (admitted, hit_rate)
+
+
+# A 2,048-token cache (kvCacheMiB 1: the tiny model's KV takes 512 bytes a token). The engine runs at
+# most 8 requests at once (--max-running-requests: the plan's KV tokens / 256) and admits one with room
+# for its prompt plus 0.7 x its limit (SGLang's new_token_ratio), so 8 requests of ~30 prompt tokens
+# asking for 300 each are admitted together (8 x 240 tokens) and then outgrow the cache (8 x 330):
+# with every answer running to its limit (min_new_tokens), the engine must retract.
+OVERLOAD = LoadShape(
+    clients=16,
+    seconds=40,
+    prompt_tokens=30,
+    new_tokens=300,
+    slo_seconds=120,
+    texts=tuple(PROSE),
+    run_to_limit=True,
+    drain_seconds=120,  # what was sent finishes, or the gate answers it: no request is cut by the client
+)
+SMALL_CACHE = {"memoryGiB": 4, "cores": 1, "kvCacheMiB": 1}
+# With enforce the gate reserves each answer's whole limit (worstCase, as answers all run to it), so the
+# engine never holds more than its cache; a retraction or two can still come from the engine's own
+# accounting (page rounding, the decode step's extra token).
+ENFORCE_RETRACTIONS_BOUND = 2
+
+
+def test_protection_holds_on_the_real_engine(cluster, operator, namespace, chat_model_uri, tmp_path):
+    name = "chat-load"
+    apply(
+        cluster,
+        namespace,
+        chat_model(
+            name,
+            serving={"cpu": SMALL_CACHE},
+            limits={
+                "maxConcurrency": 24,
+                "maxQueued": 64,
+                "queueTimeoutSeconds": 30,
+                "admission": "worstCase",
+            },
+            protection={"mode": "off", "metrics": {"intervalSeconds": 2}},
+        ),
+    )
+    wait_ready(cluster, namespace, name, timeout=READY_SECONDS)
+    pod = serving_pods(cluster, namespace, name)[0]
+    url = service_url(cluster, namespace, name)
+    jobs = [
+        pod_discovery_job(cluster.prometheus_targets),
+        static_job("kvant-operator", [f"127.0.0.1:{operator.metrics_port}"]),
+    ]
+    prometheus = Prometheus(cluster.toolchain.prometheus, tmp_path / "prometheus", jobs)
+    prometheus.start()
+    try:
+        before = engine_retractions(metrics_url(pod))
+        off = generate_load(url, OVERLOAD)
+        off_retractions = engine_retractions(metrics_url(pod)) - before
+        assert off_retractions > 0, (dict(off.statuses), off_retractions)
+
+        # The protection mode and limits are live: the gate follows the edit, no pod restarts.
+        patch_spec(cluster, namespace, name, {"protection": {"mode": "enforce"}})
+        in_enforce = lambda: metric_value(pod_metrics(pod), "kvant_gate_mode", 'mode="enforce"') == 1 or None  # noqa: E731
+        wait_for(in_enforce, 60, "the gate to follow the edit to enforce")
+        before = engine_retractions(metrics_url(pod))
+        enforced = generate_load(url, OVERLOAD)
+        enforce_retractions = engine_retractions(metrics_url(pod)) - before
+        summary = {
+            "off": (dict(off.statuses), off_retractions),
+            "enforce": (dict(enforced.statuses), enforce_retractions),
+        }
+        assert enforce_retractions <= ENFORCE_RETRACTIONS_BOUND, summary
+        assert set(enforced.statuses) <= {200, 429, 503} and enforced.errors == 0, summary
+        assert enforced.statuses[200] > 0, summary
+        same = serving_pods(cluster, namespace, name)[0]
+        assert same.metadata.uid == pod.metadata.uid
+        assert all(s.restart_count == 0 for s in same.status.container_statuses), (
+            same.status.container_statuses
+        )
+
+        # Prometheus scrapes the real engine's series through the gate's metrics port, and every
+        # dashboard query and alert expression finds what it names (retractions exist by now).
+        running = f'sglang:num_running_reqs{{namespace="{namespace}"}}'
+        wait_for(_answers(prometheus, running), 120, "the engine's own series in Prometheus")
+        queries = [(f"dashboard: {q}", q) for q in dashboard_queries(namespace, name)]
+        queries += [(f"alert {alert}: {q}", q) for alert, q in alert_queries()]
+        for what, expr in queries:
+            wait_for(_answers(prometheus, expr), 120, what)
+    finally:
+        prometheus.stop()
+
+
+def _answers(prometheus: Prometheus, expr: str) -> Callable[[], list[dict[str, Any]] | None]:
+    return lambda: prometheus.query(expr) or None
