@@ -78,6 +78,9 @@ NEW_TOKENS = 96
 # The gate's limits here: as the simulator benches' (stack.LIMITS), with a queue as long as a CPU
 # engine's answers take (a 2 s timeout would turn away what the engine finishes in 5).
 GATE_LIMITS: dict[str, object] = {"maxQueued": 64, "queueTimeoutSeconds": 10}
+# Requests sent in a cell's window may finish this long after it (counted late, not cut): a cut
+# request would free its KV at once and hide what the engine was holding.
+DRAIN_SECONDS = 60.0
 MAX_RUNNING = 64
 SAMPLE_SECONDS = 0.25
 
@@ -140,7 +143,15 @@ def front_mode(front: str) -> str:
 
 
 def protection(
-    engine: str, model: Path, workdir: Path, *, kv_tokens: int, seconds: float, k: float
+    engine: str,
+    model: Path,
+    workdir: Path,
+    *,
+    kv_tokens: int,
+    seconds: float,
+    k: float,
+    fronts: tuple[str, ...] = FRONTS,
+    loads: tuple[int, ...] = LOADS,
 ) -> dict[str, Any]:
     prompt = statistics.mean(ModelTokenizer(model).text(t) for t in PROSE) + 9  # + the request number
     one_x = max(1, round(kv_tokens / (prompt + NEW_TOKENS)))
@@ -151,11 +162,18 @@ def protection(
     slo = k * latency
     print(f"1x = {one_x} clients; unloaded latency {latency:.2f} s; SLO {slo:.2f} s", flush=True)
     cells: dict[str, Any] = {}
-    for front in FRONTS:
-        for load in LOADS:
+    for front in fronts:
+        for load in loads:
             flush(engine)
             shape = LoadShape(
-                load * one_x, seconds, int(prompt), NEW_TOKENS, slo, texts=PROSE, run_to_limit=True
+                load * one_x,
+                seconds,
+                int(prompt),
+                NEW_TOKENS,
+                slo,
+                texts=PROSE,
+                run_to_limit=True,
+                drain_seconds=DRAIN_SECONDS,
             )
             with serving_front(
                 workdir, engine, front_mode(front), GATE_LIMITS, gate_flags(front, model)
@@ -280,6 +298,8 @@ def main() -> None:
     parser.add_argument("--slo-factor", type=float, default=3.0, help="SLO = this x the unloaded latency")
     parser.add_argument("--per-client", type=int, default=4, help="requests per client, side by side")
     parser.add_argument("--skip", choices=["count", "protection", "simulator"], action="append", default=[])
+    parser.add_argument("--fronts", default=",".join(FRONTS), help="protection fronts, comma-separated")
+    parser.add_argument("--loads", default=",".join(map(str, LOADS)), help="loads (x 1x), comma-separated")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     # SIGTERM (a timeout, a Ctrl-C from another shell) unwinds, so the engine's process group is stopped.
@@ -295,7 +315,14 @@ def main() -> None:
             print(json.dumps(report["prompt_count"], indent=1), flush=True)
         if "protection" not in args.skip:
             report["protection"] = protection(
-                engine, model, workdir, kv_tokens=args.kv_tokens, seconds=args.seconds, k=args.slo_factor
+                engine,
+                model,
+                workdir,
+                kv_tokens=args.kv_tokens,
+                seconds=args.seconds,
+                k=args.slo_factor,
+                fronts=tuple(args.fronts.split(",")),
+                loads=tuple(int(x) for x in args.loads.split(",")),
             )
         if "simulator" not in args.skip:
             one_x = (report.get("protection") or {}).get("one_x_clients", 32)

@@ -13,6 +13,7 @@ import asyncio
 import collections
 import json
 import logging
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -170,7 +171,9 @@ class Proxy:
             self.admission.release(ticket)
             for tokens in answered.outputs:  # what the model really generated: the forecast learns from it
                 self.forecast.observe(tokens, cost.limit)
-            if cost.counted and answered.prompt_tokens:  # and what the prompt really held
+            # And what the prompt really held: from single-sequence answers only, since SGLang reports
+            # the prompt once per sample of a batch or of `n`, where the gate counted it once.
+            if cost.counted and cost.sequences == 1 and answered.prompt_tokens:
                 self.counter.learn(cost.prompt_tokens, answered.prompt_tokens)
 
     def _count_admitted(self, ticket: Ticket) -> None:
@@ -213,9 +216,10 @@ class Answered:
         self.prompt_tokens = 0
 
     def read(self, body: bytes) -> None:
-        """From a whole answer (or a stream's last event)."""
-        self.outputs += answered_output_tokens(body)
-        self.prompt_tokens = answered_prompt_tokens(body)
+        """From a whole answer (or a stream's last event), parsed once."""
+        items = _answer_items(body)
+        self.outputs += _output_tokens(items)
+        self.prompt_tokens = _prompt_tokens(items)
 
     def read_stream(self, tail: bytes, events: int) -> None:
         """From a stream's kept tail: its last event's counts, else one output token per event less
@@ -285,17 +289,24 @@ def streamed_output_tokens(tail: bytes, events: int) -> list[int]:
 
 
 def answered_output_tokens(body: bytes) -> list[int]:
-    """Each sequence's output length in a whole answer: SGLang's meta_info.completion_tokens (one per
-    item of a batch), or OpenAI's usage.completion_tokens shared over its choices."""
+    """Each sequence's output length in a whole answer (see `_output_tokens`)."""
+    return _output_tokens(_answer_items(body))
+
+
+def _answer_items(body: bytes) -> list[dict[str, Any]]:
+    """A whole answer's objects: one, or one per item of a batch; [] when it is not JSON."""
     try:
-        answer = json.loads(body)
+        answer = json.loads(body) if body else None
     except ValueError:
         return []
-    items = answer if isinstance(answer, list) else [answer]
+    return [item for item in (answer if isinstance(answer, list) else [answer]) if isinstance(item, dict)]
+
+
+def _output_tokens(items: list[dict[str, Any]]) -> list[int]:
+    """SGLang's meta_info.completion_tokens (one per item of a batch), or OpenAI's
+    usage.completion_tokens shared over its choices."""
     found = []
     for item in items:
-        if not isinstance(item, dict):
-            continue
         meta, usage = item.get("meta_info"), item.get("usage")
         if isinstance(meta, dict) and isinstance(meta.get("completion_tokens"), int):
             found.append(meta["completion_tokens"])
@@ -305,17 +316,10 @@ def answered_output_tokens(body: bytes) -> list[int]:
     return found
 
 
-def answered_prompt_tokens(body: bytes) -> int:
-    """The prompt tokens the engine reports for a whole answer (meta_info, or OpenAI usage), summed
-    over a batch; 0 when it reports none."""
-    try:
-        answer = json.loads(body) if body else None
-    except ValueError:
-        return 0
+def _prompt_tokens(items: list[dict[str, Any]]) -> int:
+    """The prompt tokens the engine reports (meta_info, or OpenAI usage), summed over a batch."""
     total = 0
-    for item in answer if isinstance(answer, list) else [answer]:
-        if not isinstance(item, dict):
-            continue
+    for item in items:
         for section in ("meta_info", "usage"):
             found = item.get(section)
             if isinstance(found, dict) and isinstance(found.get("prompt_tokens"), int):
