@@ -22,3 +22,8 @@ def gpu_memory_for_tokens(checkpoint: Path, tokens: int, kv_dtype: KvCacheDtype 
         mem_fraction_static=MEM_FRACTION,
     )
     return _solve(load_checkpoint(checkpoint), tokens, request)
+
+
+# The tiny checkpoints' tokenizer is byte-level, one token per byte (kvant_runtime.tinymodel), and the
+# gate and the simulator count prompts with it: load shapes fill their prompts at this rate.
+TINY_BYTES_PER_TOKEN = 1

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from tests.kube_wait import wait_for
 
-from e2e.capacity import MEM_FRACTION, gpu_memory_for_tokens
+from e2e.capacity import MEM_FRACTION, TINY_BYTES_PER_TOKEN, gpu_memory_for_tokens
 from e2e.qm import apply, service_url, wait_ready
 from kvant_dev.loadgen import LoadShape, generate_load
 from kvant_dev.prometheus import Prometheus, pod_discovery_job, static_job
@@ -30,7 +30,14 @@ pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
 FILES = Path(__file__).resolve().parents[1] / "charts" / "kvant" / "files"
 MODEL = "watched-dash"
-LOAD = LoadShape(clients=4, seconds=4, prompt_tokens=100, new_tokens=20, slo_seconds=10)
+LOAD = LoadShape(
+    clients=4,
+    seconds=4,
+    prompt_tokens=100,
+    new_tokens=20,
+    slo_seconds=10,
+    bytes_per_token=TINY_BYTES_PER_TOKEN,
+)
 _COMPARISON = re.compile(r" (>=|<=|==|!=|>|<) ")
 
 

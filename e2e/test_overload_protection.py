@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from e2e.capacity import MEM_FRACTION, gpu_memory_for_tokens
+from e2e.capacity import MEM_FRACTION, TINY_BYTES_PER_TOKEN, gpu_memory_for_tokens
 from e2e.qm import apply, metrics_url, service_url, serving_pods, wait_ready
 from kvant_dev.loadgen import LoadShape, engine_retractions, generate_load
 
@@ -22,8 +22,22 @@ pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
 KV_TOKENS = 4096
 # 12 (or 40) clients x (400 prompt + 200 new) tokens = 7.2K (24K) tokens of demand on 4K of KV cache.
-TWICE_THE_CACHE = LoadShape(clients=12, seconds=15, prompt_tokens=400, new_tokens=200, slo_seconds=4)
-SIX_TIMES_THE_CACHE = LoadShape(clients=40, seconds=15, prompt_tokens=400, new_tokens=200, slo_seconds=8)
+TWICE_THE_CACHE = LoadShape(
+    clients=12,
+    seconds=15,
+    prompt_tokens=400,
+    new_tokens=200,
+    slo_seconds=4,
+    bytes_per_token=TINY_BYTES_PER_TOKEN,
+)
+SIX_TIMES_THE_CACHE = LoadShape(
+    clients=40,
+    seconds=15,
+    prompt_tokens=400,
+    new_tokens=200,
+    slo_seconds=8,
+    bytes_per_token=TINY_BYTES_PER_TOKEN,
+)
 
 
 def _serve(cluster, namespace, tiny_model, gpu_gib: float, mode: str) -> tuple[str, str]:

@@ -6,14 +6,21 @@ from __future__ import annotations
 import pytest
 from tests.kube_wait import wait_for
 
-from e2e.capacity import MEM_FRACTION, gpu_memory_for_tokens
+from e2e.capacity import MEM_FRACTION, TINY_BYTES_PER_TOKEN, gpu_memory_for_tokens
 from e2e.qm import apply, condition, get_qm, metrics_url, service_url, serving_pods, wait_ready
 from kvant_dev.loadgen import LoadShape, engine_retractions, generate_load
 from kvant_dev.prometheus import Prometheus, pod_discovery_job
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
-LOAD = LoadShape(clients=40, seconds=10, prompt_tokens=400, new_tokens=200, slo_seconds=8)
+LOAD = LoadShape(
+    clients=40,
+    seconds=10,
+    prompt_tokens=400,
+    new_tokens=200,
+    slo_seconds=8,
+    bytes_per_token=TINY_BYTES_PER_TOKEN,
+)
 
 
 def _cache_protected(cluster, namespace: str, status: str) -> dict[str, str] | None:

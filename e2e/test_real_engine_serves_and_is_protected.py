@@ -8,6 +8,7 @@ Stand-ins here, as everywhere in the local cluster: the two sgl-kernel CPU bookk
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 import urllib.request
@@ -85,6 +86,8 @@ def test_real_engine_serves_openai_clients_through_the_router(cluster, operator,
     assert kstatus([get_qm(cluster, namespace, name)]) == ["Current"]  # as Flux reads it
 
     url = service_url(cluster, namespace, name)  # the router: smg in front of both gates
+    # Ready counts engine pods; the routers find them through their own discovery a moment later.
+    wait_for(lambda: _router_workers(url) >= 2 or None, 180, "the router to register both engines")
     openai = OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=120, max_retries=0)
     messages: list[Any] = [{"role": "user", "content": PROSE[0]}]
     chat = openai.chat.completions.create(model=name, messages=messages, max_tokens=64)
@@ -216,3 +219,12 @@ def test_protection_holds_on_the_real_engine(cluster, operator, namespace, chat_
 
 def _answers(prometheus: Prometheus, expr: str) -> Callable[[], list[dict[str, Any]] | None]:
     return lambda: prometheus.query(expr) or None
+
+
+def _router_workers(url: str) -> int:
+    """How many engines the router in front answers for (smg's /workers)."""
+    try:
+        with urllib.request.urlopen(f"{url}/workers", timeout=5) as response:
+            return len(json.load(response).get("workers", []))
+    except (OSError, ValueError):
+        return 0

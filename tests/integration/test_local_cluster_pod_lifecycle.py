@@ -81,7 +81,7 @@ def test_process_ignoring_sigterm_is_killed_after_the_grace_period(cluster):
 
 def test_foreign_image_is_refused_with_a_clear_reason(cluster):
     core = client.CoreV1Api(cluster.api_client())
-    foreign = {"name": "engine", "image": "lmsysorg/sglang:v0.5.23-cu129"}
+    foreign = {"name": "engine", "image": "docker.io/library/nginx:1.27"}
     cluster.kubectl("apply", "-f", "-", input=json.dumps(pod("foreign", foreign)))
 
     def waiting() -> client.V1ContainerStateWaiting | None:
@@ -93,6 +93,6 @@ def test_foreign_image_is_refused_with_a_clear_reason(cluster):
         )
 
     state = wait_for(waiting, 60, "the foreign-image pod to report ErrImagePull")
-    assert "lmsysorg/sglang" in state.message and "kvant-runtime" in state.message
+    assert "nginx" in state.message and "kvant-runtime" in state.message
     assert core.read_namespaced_pod("foreign", "default").status.phase == "Pending"
     cluster.kubectl("delete", "pod", "foreign", "--wait=false")

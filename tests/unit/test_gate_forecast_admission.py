@@ -14,8 +14,8 @@ from statistics import NormalDist
 
 from kvant_contracts.limits import parse_limits
 from kvant_runtime.gate.admission import Admission
+from kvant_runtime.gate.answer_counts import answered_output_tokens
 from kvant_runtime.gate.forecast import MAX_QUANTILE, MIN_SAMPLES, WINDOW, OutputForecast
-from kvant_runtime.gate.proxy import answered_output_tokens
 from tests.unit.gate_harness import KubeletLimitsDir, held_engine_behind_gate, run, until
 
 BODY = {"text": "x" * 40, "sampling_params": {"max_new_tokens": 400}}  # 10 prompt tokens, limit 400

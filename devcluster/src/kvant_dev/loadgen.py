@@ -88,14 +88,16 @@ class LoadShape:
     # How long a request sent before the end may still take: 0 cuts every request at the end (counted
     # in `errors`); more lets what was sent finish, so `errors` counts only real failures.
     drain_seconds: float = 0.0
+    # Bytes of filler per prompt token: 4 where the engine counts bytes / 4 (no tokenizer), 1 for the
+    # tiny test checkpoints, whose byte-level tokenizer counts every byte (kvant_runtime.tinymodel).
+    bytes_per_token: int = 4
 
     def prompt(self, number: int) -> str:
         if self.texts:
             return f"{number % 10**8:08d} {self.texts[number % len(self.texts)]}"
-        # Without a tokenizer the gate and the simulator count 4 bytes per token (kvant_runtime.tokens).
         # Each prompt differs in its last bytes, so a simulator drawing natural answer lengths per
         # prompt draws a new one for each request.
-        return "x" * (4 * self.prompt_tokens - 8) + f"{number % 10**8:08d}"
+        return "x" * (self.bytes_per_token * self.prompt_tokens - 8) + f"{number % 10**8:08d}"
 
     def sampling(self) -> dict[str, int]:
         sampling = {"max_new_tokens": self.new_tokens}
