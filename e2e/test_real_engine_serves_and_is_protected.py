@@ -8,7 +8,6 @@ Stand-ins here, as everywhere in the local cluster: the two sgl-kernel CPU bookk
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 import urllib.request
@@ -26,6 +25,7 @@ from tests.unit.test_status_read_by_kstatus_and_argocd import kstatus
 
 from e2e.qm import apply, get_qm, metric_value, metrics_url, patch_spec, service_url, serving_pods, wait_ready
 from e2e.test_dashboard_and_alert_queries_return_series import alert_queries, dashboard_queries
+from e2e.test_router_discovers_engines_and_serves import workers
 from kvant_dev.cluster import LocalCluster
 from kvant_dev.loadgen import LoadShape, engine_retractions, generate_load
 from kvant_dev.prometheus import Prometheus, pod_discovery_job, static_job
@@ -222,9 +222,8 @@ def _answers(prometheus: Prometheus, expr: str) -> Callable[[], list[dict[str, A
 
 
 def _router_workers(url: str) -> int:
-    """How many engines the router in front answers for (smg's /workers)."""
+    """The router's registered engines (test_router's `workers`), 0 while it does not answer yet."""
     try:
-        with urllib.request.urlopen(f"{url}/workers", timeout=5) as response:
-            return len(json.load(response).get("workers", []))
+        return workers(url)
     except (OSError, ValueError):
         return 0
