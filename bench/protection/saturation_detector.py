@@ -22,6 +22,8 @@ import aiohttp
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
+from kvant_contracts.sglang_metrics import NUM_QUEUE_REQS, TOKEN_USAGE, Series, combine, scheduler_of
+
 QUEUE_DEPTH_THRESHOLD = 5
 KV_CACHE_UTIL_THRESHOLD = 0.8
 METRICS_STALENESS_SECONDS = 0.2
@@ -45,12 +47,13 @@ class Detector:
             try:
                 async with session.get(self.upstream + "/metrics") as response:
                     text = await response.text()
-                values = {
-                    family.name: max((s.value for s in family.samples), default=0.0)
-                    for family in text_string_to_metric_families(text)
-                }
-                self.queue = values.get("sglang:num_queue_reqs", 0.0)
-                self.kv = values.get("sglang:token_usage", 0.0)
+                series: dict[str, list[Series]] = {NUM_QUEUE_REQS: [], TOKEN_USAGE: []}
+                for family in text_string_to_metric_families(text):
+                    for sample in family.samples:
+                        if sample.name in series:
+                            series[sample.name].append((scheduler_of(sample.labels), sample.value))
+                self.queue = combine(NUM_QUEUE_REQS, series[NUM_QUEUE_REQS]) or 0.0
+                self.kv = combine(TOKEN_USAGE, series[TOKEN_USAGE]) or 0.0
                 self.fresh_at = time.monotonic()
             except (aiohttp.ClientError, TimeoutError, ValueError):
                 pass  # stale metrics count as saturated
@@ -77,7 +80,9 @@ def app(upstream: str) -> web.Application:
         body = await request.read()
         session = application[SESSION]
         url = detector.upstream + request.path_qs
-        async with session.request(request.method, url, data=body or None) as up:
+        # The body's type goes along: SGLang's FastAPI server refuses a JSON body sent without it (400).
+        headers = {"Content-Type": request.content_type} if body else {}
+        async with session.request(request.method, url, data=body or None, headers=headers) as up:
             response = web.StreamResponse(status=up.status)
             response.content_type = up.content_type
             await response.prepare(request)

@@ -33,6 +33,7 @@ from kvant_runtime.calibrate.stream import LayerStream
 from kvant_runtime.evaluate.agreement import Agreement
 
 CPU = torch.device("cpu")
+E4M3 = "fp8_e4m3"  # the GPU's float8 compared here is e4m3, the format Kvant serves by default
 SWEEP_CHUNK = 1 << 26  # float32 bit patterns per step of the sweep: 2^32 in 64 steps
 FULL_SWEEP = range(64)
 QUICK_SWEEP = (48,)  # bit patterns 0x40000000..0x43FFFFFF, floats in [2, 512): rounding and saturation
@@ -85,7 +86,7 @@ def compare_codes(device: torch.device, scales: dict[str, float]) -> dict[str, A
         x = values * scale
         on_cpu = _codes(x, scale)
         on_device = _codes(x.to(device), scale).cpu()
-        dequantized = fake_quantize_kv(x, scale) - fake_quantize_kv(x.to(device), scale).cpu()
+        dequantized = fake_quantize_kv(x, scale, E4M3) - fake_quantize_kv(x.to(device), scale, E4M3).cpu()
         entry: dict[str, Any] = {
             "scale": scale,
             "torchMismatches": _mismatches(x, scale, on_cpu, on_device, "torch", examples),

@@ -126,6 +126,15 @@ CREATE_CASES = [
         "spec.serving.cpu.kvCacheMiB",
         False,
     ),
+    (
+        "cpu-with-e5m2-cache",
+        {
+            "kvCache": {"dtype": "fp8_e5m2"},
+            "serving": {"device": "cpu", "gpu": DELETE, "cpu": {"memoryGiB": 8}},
+        },
+        "spec.kvCache.dtype",
+        True,
+    ),
     ("device-cuda-without-gpu", {"serving": {"gpu": DELETE}}, "spec.serving.device", True),
     ("bad-device", {"serving": {"device": "tpu"}}, "spec.serving.device", False),
     ("replicas-under-pd", {"serving": {"replicas": 2, "disaggregation": PD}}, "spec.serving.replicas", True),

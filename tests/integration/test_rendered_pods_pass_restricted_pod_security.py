@@ -70,8 +70,8 @@ def _workloads(example: str, **overrides: Any) -> list[dict[str, Any]]:
     key = artifact_key(spec, SETTINGS)
     found = [
         jobs.plan_job(model, spec, SETTINGS),
-        jobs.shards_job([model], spec, SETTINGS, key, workers=2, attempt=1),
-        jobs.artifact_job([model], spec, SETTINGS, key, attempt=1, workers=2),
+        jobs.shards_job([model], spec, SETTINGS, key, workers=2, attempt=1, plan=plan()),
+        jobs.artifact_job([model], spec, SETTINGS, key, attempt=1, workers=2, plan=plan()),
         jobs.eval_job(model, spec, SETTINGS, key),
     ]
     inputs = ServingInputs(model, spec, plan(), artifact_location(spec, SETTINGS, key), "sha256:a", SETTINGS)
@@ -106,7 +106,7 @@ def test_a_fetch_job_and_the_jobs_reading_its_folder_are_admitted_and_valid(
     workloads = [
         fetch_job([model], spec, SETTINGS, fetch_key(spec, SETTINGS), 1),
         jobs.plan_job(model, spec, SETTINGS, fetched),
-        jobs.artifact_job([model], spec, SETTINGS, key, attempt=1, fetched=fetched),
+        jobs.artifact_job([model], spec, SETTINGS, key, attempt=1, fetched=fetched, plan=plan()),
     ]
     pods = [_pod(w) for w in workloads]
     result = restricted_namespace.kubectl(

@@ -40,5 +40,6 @@ def plan(kv_tokens: int = 3_773_701, dtype: str = "fp8_e4m3") -> PlanStatus:
             "pageSize": 1,
             "maxConcurrency": {"4096": 921, "32768": 115, "131072": 28},
             "inputs": "d1g3st",
+            "weights": {"format": "int4", "groupSize": 128},  # targets: as the spec says (dense)
         }
     )

@@ -46,7 +46,12 @@ def rejection(spec: dict[str, Any]) -> str:
 def test_minimal_spec_gets_the_defaults_a_user_would_choose():
     spec = QuantizedModelSpec.model_validate(minimal())
     assert spec.weights.format is WeightFormat.INT4
-    assert (spec.weights.method, spec.weights.group_size) == (QuantMethod.RTN, 128)
+    # The weights' defaults are decided by weights_recipe (never filled into the spec): RTN, group
+    # 128, and targets by the source, routed experts for an MoE model.
+    assert (spec.weights.method, spec.weights.group_size, spec.weights.targets) == (None, None, None)
+    dense = spec.weights.recipe(converts=True, moe=False)
+    assert (dense.method, dense.group_size, dense.targets) == (QuantMethod.RTN.value, 128, "all-linear")
+    assert spec.weights.recipe(converts=True, moe=True).targets == "experts"
     assert spec.kv_cache.dtype is KvCacheDtype.FP8_E4M3
     assert spec.kv_cache.scales is KvScales.CALIBRATE, (
         "FP8 KV must calibrate its scales unless told otherwise"
@@ -65,7 +70,8 @@ def test_bf16_kv_cache_gets_no_scales():
 
 def test_bf16_weights_get_no_int4_scheme():
     spec = QuantizedModelSpec.model_validate(with_({"weights": {"format": "bf16"}}))
-    assert spec.weights.method is None and spec.weights.group_size is None
+    recipe = spec.weights.recipe(converts=False, moe=True)
+    assert (recipe.method, recipe.group_size, recipe.targets) == (None, None, None)
 
 
 @pytest.mark.parametrize(

@@ -51,9 +51,7 @@ def planned(
 
 def calibrate_container(model: dict, plan: PlanStatus) -> dict:
     spec = spec_of(model)
-    job = jobs.artifact_job(
-        [model], spec, SETTINGS, artifact_key(spec, SETTINGS), attempt=1, calibration=plan.calibration
-    )
+    job = jobs.artifact_job([model], spec, SETTINGS, artifact_key(spec, SETTINGS), attempt=1, plan=plan)
     container: dict = job["spec"]["template"]["spec"]["containers"][-1]
     assert container["name"] == "calibrate"
     return container

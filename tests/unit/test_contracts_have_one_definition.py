@@ -1,23 +1,31 @@
 """Each contract between operator and runtime has exactly one definition, in kvant_contracts.
 
-Two checks: no module of the operator or the runtime defines a class of a contract's name (so nobody
-re-grows a private copy), and both sides hand each other the contract's own type: what the operator
-renders, the runtime parses back to an equal object.
+The checks: no module of the operator or the runtime defines a class of a contract's name (so nobody
+re-grows a private copy); both sides hand each other the contract's own type: what the operator
+renders, the runtime parses back to an equal object; and the shared facts are written once: no
+source tree outside `kvant_contracts.sglang_metrics` spells an SGLang metric name, and the API's
+limits and protection defaults come from the limits contract, not from number literals.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
 import kvant_contracts.limits as limits_contract
-from kvant_contracts import int4_artifact, job_lines, launch_spec, safetensors_header
+from kvant_contracts import int4_artifact, job_lines, launch_spec, retraction_rate, safetensors_header
+from kvant_contracts import sglang_metrics as metric_names
+from kvant_operator.api import spec as api_spec
 from kvant_operator.planner import inventory
 from kvant_operator.planner import weights as planner_weights
+from kvant_operator.protection import decide as protection_decide
+from kvant_operator.protection import samples as protection_samples
 from kvant_operator.reconcile import artifact_step, evaluation_step
 from kvant_operator.render.limits_configmap import limits_configmap, limits_for
 from kvant_operator.render.roles import roles
@@ -28,6 +36,7 @@ from kvant_runtime.calibrate import calibrator
 from kvant_runtime.convert import converter, progress, recipe, safetensors_io, shard
 from kvant_runtime.evaluate import evaluator
 from kvant_runtime.gate import admission, loops
+from kvant_runtime.gate import concurrency as gate_concurrency
 from kvant_runtime.launch import argv
 from tests.unit.render_inputs import body, plan, spec_of
 
@@ -58,6 +67,120 @@ def _defined_classes(source_root: Path) -> list[str]:
 @pytest.mark.parametrize("package", ["operator/src", "runtime/src"])
 def test_no_side_defines_its_own_copy_of_a_contract(package: str) -> None:
     assert _defined_classes(ROOT / package) == []
+
+
+# Where shared facts may be written. Tests are not scanned: they restate facts on purpose, to pin them.
+SOURCE_TREES = ("operator/src", "runtime/src", "devcluster/src", "bench", "cli/src", "contracts/src")
+METRIC_NAMES_HOME = ROOT / "contracts/src/kvant_contracts/sglang_metrics.py"
+# An SGLang metric name, or the bare prefix a name would be built from; not an image (lmsysorg/sglang:v…).
+SGLANG_METRIC = re.compile(r"(?<![\w/.-])sglang:(?:(?!v\d)[a-z_]|$)")
+# The API's limits/protection fields and the limits contract's field each takes its default from.
+API_DEFAULTS_FROM_CONTRACT = {
+    ("LimitsSpec", "max_concurrency"): "maxConcurrency",
+    ("LimitsSpec", "max_queued"): "maxQueued",
+    ("LimitsSpec", "queue_timeout_seconds"): "queueTimeoutSeconds",
+    ("LimitsSpec", "default_max_tokens"): "defaultMaxTokens",
+    ("LimitsSpec", "admission"): "admission",
+    ("LimitsSpec", "forecast_quantile"): "forecastQuantile",
+    ("LimitsSpec", "oversize_requests"): "oversizeRequests",
+    ("ProtectionSpec", "mode"): "mode",
+    ("ProtectionSpec", "target_token_usage"): "targetTokenUsage",
+    ("ProtectionSpec", "max_retractions_per_minute"): "maxRetractionsPerMinute",
+    ("ConcurrencyBounds", "min"): "concurrency.min",
+}
+LIMITS_MODELS = {"LimitsSpec", "ConcurrencyBounds", "ProtectionSpec"}
+
+
+def _sources() -> Iterator[Path]:
+    for tree in SOURCE_TREES:
+        yield from sorted((ROOT / tree).rglob("*.py"))
+
+
+def _string_literals(path: Path) -> Iterator[tuple[int, str]]:
+    """Every string constant of a module (docstrings and f-string pieces included), with its line."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.lineno, node.value
+
+
+def sglang_names_outside_their_home() -> list[str]:
+    return [
+        f"{path.relative_to(ROOT)}:{line}: {text[:80]!r}"
+        for path in _sources()
+        if path != METRIC_NAMES_HOME
+        for line, text in _string_literals(path)
+        if SGLANG_METRIC.search(text)
+    ]
+
+
+def _field_defaults(tree: ast.Module) -> Iterator[tuple[str, str, ast.expr | None, ast.expr | None]]:
+    """(class, field, default expression, description expression) of the limits/protection models."""
+    for node in tree.body:
+        if not (isinstance(node, ast.ClassDef) and node.name in LIMITS_MODELS):
+            continue
+        for item in node.body:
+            if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.value):
+                continue
+            default: ast.expr | None = item.value
+            description: ast.expr | None = None
+            if isinstance(item.value, ast.Call) and getattr(item.value.func, "id", "") == "Field":
+                keywords = {k.arg: k.value for k in item.value.keywords}
+                default, description = keywords.get("default"), keywords.get("description")
+            yield node.name, item.target.id, default, description
+
+
+def api_defaults_written_as_literals() -> list[str]:
+    """Limits/protection defaults written as literals in the API, or restated in a description."""
+    path = Path(api_spec.__file__)
+    found = []
+    for model, name, default, description in _field_defaults(ast.parse(path.read_text())):
+        where = f"{path.relative_to(ROOT)}:{model}.{name}"
+        if isinstance(default, ast.Constant) and default.value is not None:
+            found.append(f"{where}: default={default.value!r} (take it from the limits contract)")
+        value = getattr(api_spec, model).model_fields[name].default
+        if description is None or isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        # The literal text of the description (an f-string's values are generated, so they may say it).
+        pieces = [description] if isinstance(description, ast.Constant) else ast.walk(description)
+        literal = " ".join(
+            p.value for p in pieces if isinstance(p, ast.Constant) and isinstance(p.value, str)
+        )
+        if re.search(rf"(?<![\d.]){re.escape(f'{value:g}')}(?![\d.])", literal):
+            found.append(f"{where}: the description restates the default {value:g} as a literal")
+    return found
+
+
+def test_sglang_metric_names_are_written_only_in_the_contract() -> None:
+    assert sglang_names_outside_their_home() == []
+
+
+def test_the_api_takes_the_limits_defaults_from_the_contract() -> None:
+    assert api_defaults_written_as_literals() == []
+    gate = limits_contract.Limits()
+    protection = api_spec.ProtectionSpec()
+    api = {"LimitsSpec": api_spec.LimitsSpec(), "ProtectionSpec": protection}
+    api["ConcurrencyBounds"] = protection.concurrency
+    for (model, name), contract_name in API_DEFAULTS_FROM_CONTRACT.items():
+        expected: object = gate
+        for part in contract_name.split("."):
+            expected = getattr(expected, part)
+        assert getattr(api[model], name) == expected, f"{model}.{name} != Limits().{contract_name}"
+
+
+def test_the_gate_and_protection_share_one_rate_and_one_decrease() -> None:
+    rate = retraction_rate.RetractionRate
+    assert vars(gate_concurrency)["RetractionRate"] is vars(protection_samples)["RetractionRate"] is rate
+    bounds = protection_decide.Bounds(
+        floor=1, ceiling=8, target_token_usage=0.9, max_retractions_per_minute=0
+    )
+    assert bounds.decrease_factor == limits_contract.ConcurrencyBounds().decreaseFactor
+    assert api_spec.ProtectionSpec.model_fields["max_retractions_per_minute"].description is not None
+    assert f"{retraction_rate.RETRACTION_WINDOW_SECONDS:g} s" in (
+        api_spec.ProtectionSpec.model_fields["max_retractions_per_minute"].description
+    )
+    assert metric_names.TOKEN_USAGE in (
+        api_spec.ProtectionSpec.model_fields["target_token_usage"].description or ""
+    )
 
 
 def test_both_sides_use_the_contract_types() -> None:

@@ -22,7 +22,7 @@ def test_the_documented_defaults():
         maxQueued=256,
         queueTimeoutSeconds=30.0,
         targetTokenUsage=0.90,
-        concurrency=ConcurrencyBounds(min=4, max=128),
+        concurrency=ConcurrencyBounds(min=1, max=128),
     )
 
 

@@ -50,7 +50,7 @@ def test_gate_exports_exactly_the_documented_metrics(tmp_path):
         configured = {s.labels["field"]: s.value for s in families["kvant_gate_configured_limit"].samples}
         assert configured["maxConcurrency"] == 12
         assert configured["targetTokenUsage"] == 0.8
-        assert configured["concurrency.min"] == 4
+        assert configured["concurrency.min"] == 1  # the contract's default floor
         modes = {s.labels["mode"]: s.value for s in families["kvant_gate_mode"].samples}
         assert modes == {"enforce": 1.0, "observe": 0.0, "off": 0.0}
 

@@ -74,6 +74,14 @@ def test_fp8_kv_cache_without_amx_is_refused_naming_the_field(tmp_path):
     assert "--kv-cache-dtype" in kvant_argv(spec, None, amx=True)  # an AMX node serves it
 
 
+def test_an_e5m2_kv_cache_is_refused_on_any_cpu(tmp_path):
+    # SGLang 0.5.23 raises for fp8_e5m2 on CPU whatever the CPU; the launcher says so before loading.
+    spec = cpu_spec(checkpoint(tmp_path, "gqa", "bf16"), kvCacheDtype="fp8_e5m2")
+    for amx in (False, True):
+        with pytest.raises(SpecError, match=r"spec.kvCache.dtype fp8_e5m2: SGLang 0.5.23 has no e5m2"):
+            kvant_argv(spec, None, amx=amx)
+
+
 def test_int4_weights_are_refused_on_any_cpu(tmp_path):
     spec = cpu_spec(checkpoint(tmp_path, "gqa", "int4"), weightsFormat="int4")
     for amx in (False, True):

@@ -32,7 +32,7 @@ def _render(example: str) -> list[dict]:
     )
     objects = [
         jobs.plan_job(manifest, spec, settings),
-        jobs.artifact_job([manifest], spec, settings, key, attempt=1),
+        jobs.artifact_job([manifest], spec, settings, key, attempt=1, plan=plan()),
         limits_configmap(manifest, spec, None),
         *gate_identity(manifest),
     ]

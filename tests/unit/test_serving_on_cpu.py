@@ -63,6 +63,14 @@ def test_cpu_refuses_what_it_cannot_build(serving):
     assert "spec.serving.device cpu serves one engine process per replica" in rejected(**serving)
 
 
+def test_cpu_refuses_an_e5m2_cache_naming_the_field():
+    raw = {**json.loads(json.dumps(CPU_SPEC)), "kvCache": {"dtype": "fp8_e5m2", "scales": "unit"}}
+    with pytest.raises(
+        ValidationError, match=r"spec.kvCache.dtype fp8_e5m2 cannot serve on spec.serving.device cpu"
+    ):
+        QuantizedModelSpec.model_validate(raw)
+
+
 def test_cpu_plan_sizes_kv_from_the_containers_memory():
     checkpoint = load_checkpoint(tiny_checkpoint("llama"))
     capped = make_plan(checkpoint, PlanRequest.from_spec(spec()))

@@ -45,7 +45,8 @@ QM = {
 def test_a_replica_reads_the_worst_rank_and_counts_only_busy_refusals() -> None:
     replica = replica_from_metrics("tiny-abc", MERGED)
     assert replica.token_usage == 0.86  # the worst TP rank
-    assert (replica.running, replica.queued_engine) == (12.0, 1.0)  # summed over ranks
+    # The TP ranks of one scheduler run the same batch: counted once, not summed.
+    assert (replica.running, replica.queued_engine) == (6.0, 1.0)
     assert replica.turned_away == 5.0  # 429s, not the 400
     assert (replica.queued_gate, replica.concurrency) == (4.0, 12.0)
     assert replica.retracted == 0.0  # no counter yet: nothing retracted
@@ -61,7 +62,7 @@ def test_the_screen_says_what_on_call_needs() -> None:
     assert "effective concurrency 12 (maxConcurrency 16, protection 2..16" in text
     assert "last decision: token_usage 0.91 > 0.85; 16 → 12" in text
     row = next(line for line in text.splitlines() if line.strip().startswith("tiny-abc"))
-    assert row.split() == ["tiny-abc", "0.86", "12", "1", "0", "5", "4", "12"]
+    assert row.split() == ["tiny-abc", "0.86", "6", "1", "0", "5", "4", "12"]
     assert "kv usage, last 15 min: ▂▅█▇  (max 0.90)" in text
     assert view.to_json()["replicas"][0]["turned_away"] == 5.0
 

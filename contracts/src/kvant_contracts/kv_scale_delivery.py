@@ -8,7 +8,9 @@ generated from SGLang's source (`kv_scale_paths.py`, docs/kv-scale-paths.md):
   RadixAttention at `self_attn.attn`;
 - exact: the RadixAttention's own parameter, `model.layers.N.<attention>.k_scale`;
 - json: a `--quantization-param-path` file; in SGLang 0.5.23 every model that reads it also takes a
-  tensor path, so it is written beside the tensors, never alone.
+  tensor path, so it is written beside the tensors, never alone. SGLang reads it only for an e4m3
+  cache (`load_kv_cache_scales`), and its schema asserts `float8_e4m3fn`, so an e5m2 cache gets its
+  scales from the tensors alone: their loader (`BaseKVCacheMethod`) is the same for both formats.
 Caches that are not plain GQA/MHA or DeepSeek MLA (state-space or linear-attention layers) are refused.
 """
 
@@ -30,6 +32,8 @@ _CACHES = {
     "other": "its attention is not a RadixAttention that Kvant could place",
 }
 _INSTEAD = "use a bf16 KV cache, or kvCache.scales: unit explicitly"
+# The --kv-cache-dtype values for which SGLang reads a --quantization-param-path JSON.
+JSON_SCALE_DTYPES = ("fp8_e4m3",)
 
 
 class Unloadable(ValueError):
@@ -44,8 +48,9 @@ class Delivery:
     attention: str  # the RadixAttention's path under `model.layers.N`
 
 
-def delivery(architecture: str) -> Delivery:
-    """How SGLang loads this architecture's scales, or Unloadable naming it and the SGLang version."""
+def delivery(architecture: str, kv_dtype: str = "fp8_e4m3") -> Delivery:
+    """How SGLang loads this architecture's scales into a `kv_dtype` cache, or Unloadable naming it and
+    the SGLang version."""
     entry = KV_SCALE_PATHS.get(architecture)
     if entry is None:
         raise Unloadable(
@@ -68,7 +73,7 @@ def delivery(architecture: str) -> Delivery:
             f"{architecture}: Kvant knows no KV-cache scale tensor name that SGLang {SGLANG_VERSION} loads "
             f"for it: {_why_no_names(entry)}; FP8 KV would run at scale 1.0 ({_INSTEAD})"
         )
-    if entry.json:
+    if entry.json and kv_dtype in JSON_SCALE_DTYPES:
         paths.append("json")
     return Delivery(architecture, "mla" if entry.cache == "mla" else "gqa", tuple(paths), entry.attention)
 

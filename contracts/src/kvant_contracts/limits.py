@@ -45,9 +45,14 @@ class LimitsError(ValueError):
 
 @dataclass(frozen=True)
 class ConcurrencyBounds:
-    """`concurrency`: the range the local loop may move the effective concurrency in, and its steps."""
+    """`concurrency`: the range the local loop may move the effective concurrency in, and its steps.
 
-    min: int = 4
+    The one home of the AIMD constants: the gate's loop uses them, the operator's protection loop cuts
+    by the same decreaseFactor.
+    """
+
+    # 1 as in the CR (spec.protection.concurrency.min): the only floor valid for every maxConcurrency.
+    min: int = 1
     max: int = 128
     decreaseFactor: float = 0.75  # multiplicative decrease on saturation
     increaseStep: int = 1  # additive increase per healthy tick

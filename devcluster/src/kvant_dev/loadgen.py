@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from kvant_contracts.sglang_metrics import NUM_RETRACTED_REQUESTS_TOTAL, retractions_total, scheduler_in
+
 
 @dataclass
 class LoadResult:
@@ -125,9 +127,13 @@ def generate_load(base_url: str, shape: LoadShape) -> LoadResult:
 
 
 def engine_retractions(metrics_url: str) -> float:
-    """sglang:num_retracted_requests_total summed over its series (absent until the first retraction),
-    from `{metrics_url}/metrics`: the engine's own, or a serving pod's merged gate + engine metrics."""
+    """The engine's retractions so far (`retractions_total`: 0 until the first one), from
+    `{metrics_url}/metrics`: the engine's own, or a serving pod's merged gate + engine metrics."""
     with urllib.request.urlopen(f"{metrics_url}/metrics", timeout=5) as response:
         text = response.read().decode()
-    prefix = "sglang:num_retracted_requests_total{"
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+    prefix = NUM_RETRACTED_REQUESTS_TOTAL + "{"
+    return retractions_total(
+        (scheduler_in(line[len(prefix) - 1 :]), float(line.rsplit(" ", 1)[1]))
+        for line in text.splitlines()
+        if line.startswith(prefix)
+    )

@@ -1,7 +1,8 @@
-"""FP8 e4m3 quantization with one scale per tensor (weights, or KV-cache k_scale/v_scale).
+"""FP8 quantization with one scale per tensor (weights, or KV-cache k_scale/v_scale), in either of the
+two formats SGLang's KV cache stores: e4m3 (largest value 448) and e5m2 (largest value 57344).
 
-`scale = absmax / 448` as a float32 multiplier: `x ≈ q.float() * scale`. Values beyond ±448 x scale
-saturate, never become inf/nan.
+`scale = absmax / largest` as a float32 multiplier: `x ≈ q.float() * scale`. Values beyond
+±largest x scale saturate, never become inf/nan. Weights are always e4m3.
 """
 
 from __future__ import annotations
@@ -10,19 +11,32 @@ import torch
 
 FP8_E4M3 = torch.float8_e4m3fn
 FP8_E4M3_MAX = float(torch.finfo(FP8_E4M3).max)
+# The KV cache formats by the name SGLang's --kv-cache-dtype (and spec.kvCache.dtype) gives them.
+KV_FP8_FORMATS: dict[str, torch.dtype] = {"fp8_e4m3": FP8_E4M3, "fp8_e5m2": torch.float8_e5m2}
 
 
-def fp8_scale(absmax: torch.Tensor | float) -> torch.Tensor:
-    """float32 scale mapping `absmax` onto the largest e4m3 value (1.0 for an all-zero tensor)."""
-    scale = torch.as_tensor(absmax, dtype=torch.float32) / FP8_E4M3_MAX
+def fp8_format(name: str) -> torch.dtype:
+    """The torch dtype of a KV cache format name; ValueError naming the valid ones otherwise."""
+    try:
+        return KV_FP8_FORMATS[name]
+    except KeyError:
+        raise ValueError(f"{name!r} is not an FP8 KV format; valid: {', '.join(KV_FP8_FORMATS)}") from None
+
+
+def fp8_scale(absmax: torch.Tensor | float, dtype: torch.dtype = FP8_E4M3) -> torch.Tensor:
+    """float32 scale mapping `absmax` onto the largest value of `dtype` (1.0 for an all-zero tensor)."""
+    scale = torch.as_tensor(absmax, dtype=torch.float32) / float(torch.finfo(dtype).max)
     return torch.where(scale > 0, scale, torch.ones_like(scale))
 
 
-def quantize_fp8(x: torch.Tensor, scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Returns (e4m3 tensor, float32 scale); the scale is derived from `x` unless one is given."""
+def quantize_fp8(
+    x: torch.Tensor, scale: torch.Tensor | None = None, dtype: torch.dtype = FP8_E4M3
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns (FP8 tensor of `dtype`, float32 scale); the scale is derived from `x` unless given."""
     if scale is None:
-        scale = fp8_scale(x.abs().amax().float())
-    q = torch.clamp(x.float() / scale, -FP8_E4M3_MAX, FP8_E4M3_MAX).to(FP8_E4M3)
+        scale = fp8_scale(x.abs().amax().float(), dtype)
+    largest = float(torch.finfo(dtype).max)
+    q = torch.clamp(x.float() / scale, -largest, largest).to(dtype)
     return q, scale
 
 

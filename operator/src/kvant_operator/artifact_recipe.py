@@ -11,6 +11,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from kvant_contracts.weight_formats import weight_format
+from kvant_contracts.weights_recipe import int4_scheme
 from kvant_operator.api.spec import KvScales, QuantizedModelSpec
 from kvant_operator.api.status import SourceStatus
 from kvant_operator.settings import OperatorSettings
@@ -44,6 +45,12 @@ def artifact_key(
     source enters by its resolved revision and content digest, so a branch that moves later makes
     a new key instead of silently changing an existing artifact."""
     weights = spec.weights.model_dump(mode="json", by_alias=True)
+    # The INT4 method and group size in effect. Targets enter as written: the source is in the key
+    # too, and the effective targets follow from the two (kvant_contracts.weights_recipe). This is the
+    # dict keys have always hashed, so an operator upgrade reconverts nothing.
+    weights["method"], weights["groupSize"] = int4_scheme(
+        spec.weights.format.value, weights["method"], weights["groupSize"]
+    )
     calibration = spec.kv_cache.calibration
     calibration_recipe = (
         calibration.model_dump(mode="json") if calibration and needs_calibration(spec) else None

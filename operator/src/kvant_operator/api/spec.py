@@ -1,8 +1,10 @@
 """`QuantizedModel.spec` (kvant.dev/v1alpha1): what to quantize, how to serve it, and the on-call limits.
 
 Field docstrings become the CRD's descriptions and the generated reference in docs/crd-reference.md.
-Defaults that depend on another field (the INT4 method, the KV scale source) are filled after the
-rules have run, so a rule sees what the user wrote and everything downstream sees a complete spec.
+The KV scale source's default depends on another field; it is filled after the rules have run, so a
+rule sees what the user wrote. The weights' defaults depend on the source too (targets: experts for an
+MoE model), so they are never filled here: `WeightsSpec.recipe` (kvant_contracts.weights_recipe)
+decides them, for the planner, the Jobs and the artifact key alike.
 """
 
 from __future__ import annotations
@@ -13,7 +15,18 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, model_validator
 
-from kvant_contracts.limits import AdmissionMode, Oversize
+from kvant_contracts.cpu_serving import CPU_E5M2_REASON
+from kvant_contracts.limits import AdmissionMode, Limits, Oversize
+from kvant_contracts.retraction_rate import RETRACTION_WINDOW_SECONDS
+from kvant_contracts.sglang_metrics import TOKEN_USAGE
+from kvant_contracts.weights_recipe import (
+    DEFAULT_GROUP_SIZE,
+    DEFAULT_INT4_METHOD,
+    DENSE_DEFAULT_TARGETS,
+    MOE_DEFAULT_TARGETS,
+    WeightsRecipe,
+    effective_weights,
+)
 from kvant_operator.api.rules import ApiModel, Rule, TransitionRule
 from kvant_operator.sources import SOURCE_FORMS, SOURCE_URI
 
@@ -220,14 +233,16 @@ class WeightsSpec(ApiModel):
     )
 
     format: WeightFormat = WeightFormat.INT4
-    method: QuantMethod | None = Field(default=None, description="Default for int4: rtn.")
+    method: QuantMethod | None = Field(default=None, description=f"Default for int4: {DEFAULT_INT4_METHOD}.")
     group_size: Literal[32, 64, 128] | None = Field(
         default=None,
-        description="INT4 quantization group size along the input dimension. Default for int4: 128.",
+        description=f"INT4 quantization group size along the input dimension. Default for int4: "
+        f"{DEFAULT_GROUP_SIZE}.",
     )
     targets: QuantTargets | None = Field(
         default=None,
-        description="Layers to quantize. Unset: experts for MoE models, all-linear for dense models. "
+        description=f"Layers to quantize. Unset: {MOE_DEFAULT_TARGETS} for MoE models, "
+        f"{DENSE_DEFAULT_TARGETS} for dense models (status.plan.weights shows which). "
         "Embeddings, lm_head, norms and router gates always stay in higher precision.",
     )
     ignore: list[ModuleName] = Field(
@@ -240,12 +255,16 @@ class WeightsSpec(ApiModel):
         default=None, description="Artifact location. Unset: the operator's cache."
     )
 
-    @model_validator(mode="after")
-    def _default_int4_scheme(self) -> Self:
-        if self.format is WeightFormat.INT4:
-            self.method = self.method or QuantMethod.RTN
-            self.group_size = self.group_size or 128
-        return self
+    def recipe(self, *, converts: bool, moe: bool) -> WeightsRecipe:
+        """The conversion in effect (kvant_contracts.weights_recipe decides every default)."""
+        return effective_weights(
+            self.format.value,
+            method=self.method.value if self.method else None,
+            group_size=self.group_size,
+            targets=self.targets.value if self.targets else None,
+            converts=converts,
+            moe=moe,
+        )
 
 
 class CalibrationSpec(ApiModel):
@@ -522,20 +541,35 @@ class ServingSpec(ApiModel):
 
 # The gate's own enums, from the limits contract: the CR offers exactly what the gate understands.
 OversizeRequests = Oversize
+# The gate's defaults, from the same contract: a field left out of the CR means what it means to the
+# gate. The CRD's `default:`s and the reference are generated from these values.
+GATE_DEFAULTS = Limits()
 
 
 class LimitsSpec(ApiModel):
     """The on-call knobs, enforced by the gate; editing them never restarts the engine."""
 
     max_concurrency: int = Field(
-        default=64, ge=1, le=100000, description="Requests running at once per replica."
+        default=GATE_DEFAULTS.maxConcurrency,
+        ge=1,
+        le=100000,
+        description="Requests running at once per replica.",
     )
     max_queued: int = Field(
-        default=256, ge=0, le=1000000, description="Requests waiting per replica before 429."
+        default=GATE_DEFAULTS.maxQueued,
+        ge=0,
+        le=1000000,
+        description="Requests waiting per replica before 429.",
     )
-    queue_timeout_seconds: int = Field(default=30, ge=1, le=3600, description="Longest wait in the queue.")
+    # Whole seconds in the CR; the contract's float holds them exactly (a test compares the two).
+    queue_timeout_seconds: int = Field(
+        default=int(GATE_DEFAULTS.queueTimeoutSeconds),
+        ge=1,
+        le=3600,
+        description="Longest wait in the queue.",
+    )
     default_max_tokens: int = Field(
-        default=2048,
+        default=GATE_DEFAULTS.defaultMaxTokens,
         ge=1,
         le=1048576,
         description="Output tokens reserved for a request that sets no limit (an OpenAI chat request "
@@ -543,13 +577,13 @@ class LimitsSpec(ApiModel):
         "limit into the request it forwards.",
     )
     admission: AdmissionMode = Field(
-        default="forecast",
+        default=GATE_DEFAULTS.admission,
         description="What a request reserves in the KV budget: its prompt plus a forecast of its output "
         "learned from the model's recent answers (forecast), or its whole output limit (worstCase: the "
         "engine never retracts, but fewer requests are admitted when answers end early).",
     )
     forecast_quantile: float = Field(
-        default=0.95,
+        default=GATE_DEFAULTS.forecastQuantile,
         gt=0.0,
         le=1.0,
         description="With forecast admission: how sure the reservations are to cover the in-flight answers' "
@@ -557,7 +591,7 @@ class LimitsSpec(ApiModel):
         "their spread at this quantile; 1.0 reads as 0.9999).",
     )
     oversize_requests: OversizeRequests = Field(
-        default="refuse",
+        default=GATE_DEFAULTS.oversizeRequests,
         description="A request that may hold more KV than a replica's whole budget: refuse (413, "
         "saying why) or runAlone (it waits until nothing else runs).",
     )
@@ -576,7 +610,12 @@ class ConcurrencyBounds(ApiModel):
         ),
     )
 
-    min: int = Field(default=1, ge=1, le=100000, description="Lowest effective concurrency.")
+    # 1, in the contract too: the only floor valid for every spec.limits.maxConcurrency (a rule keeps
+    # min <= maxConcurrency, so a larger default would reject a CR that never mentions min). A model
+    # whose engine should keep some throughput while protection cuts sets its own floor.
+    min: int = Field(
+        default=GATE_DEFAULTS.concurrency.min, ge=1, le=100000, description="Lowest effective concurrency."
+    )
     max: int | None = Field(
         default=None,
         ge=1,
@@ -603,18 +642,19 @@ class MetricsSpec(ApiModel):
 class ProtectionSpec(ApiModel):
     """Live KV cache protection: lowers the effective concurrency before the engine retracts requests."""
 
-    mode: ProtectionMode = ProtectionMode.ENFORCE
+    mode: ProtectionMode = ProtectionMode(GATE_DEFAULTS.mode)
     target_token_usage: float = Field(
-        default=0.9,
+        default=GATE_DEFAULTS.targetTokenUsage,
         gt=0,
         le=1,
-        description="KV cache usage (0-1, like sglang:token_usage) protection holds below.",
+        description=f"KV cache usage (0-1, like {TOKEN_USAGE}) protection holds below.",
     )
     max_retractions_per_minute: int = Field(
-        default=0,
+        default=GATE_DEFAULTS.maxRetractionsPerMinute,
         ge=0,
         le=100000,
-        description="Retractions per minute tolerated before concurrency is lowered.",
+        description="Retractions per minute tolerated before concurrency is lowered (the engine's "
+        f"retractions over the last {RETRACTION_WINDOW_SECONDS:g} s, by the gate and by protection alike).",
     )
     concurrency: ConcurrencyBounds = Field(default_factory=ConcurrencyBounds)
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
@@ -689,6 +729,15 @@ class QuantizedModelSpec(ApiModel):
             holds=lambda s: (
                 s.protection.concurrency.max is None
                 or s.protection.concurrency.max <= s.limits.max_concurrency
+            ),
+        ),
+        Rule(
+            cel="!has(self.serving.device) || self.serving.device != 'cpu' || "
+            "self.kvCache.dtype != 'fp8_e5m2'",
+            message=f"spec.kvCache.dtype fp8_e5m2 cannot serve on spec.serving.device cpu: {CPU_E5M2_REASON}",
+            field_path=".kvCache.dtype",
+            holds=lambda s: (
+                s.serving.device is not Device.CPU or s.kv_cache.dtype is not KvCacheDtype.FP8_E5M2
             ),
         ),
         Rule(

@@ -9,7 +9,7 @@ from typing import Annotated
 from pydantic import Field
 
 from kvant_operator.api.rules import ApiModel
-from kvant_operator.api.spec import KvCacheDtype
+from kvant_operator.api.spec import KvCacheDtype, QuantTargets, WeightFormat
 
 PlanWarning = Annotated[str, Field(max_length=1024)]
 
@@ -102,6 +102,18 @@ class CalibrationPlan(ApiModel):
     sequence_length: int = Field(ge=0, description="Tokens per sequence.")
 
 
+class PlannedWeights(ApiModel):
+    """The weights the plan sized, with every default applied (kvant_contracts.weights_recipe): the
+    conversion Job builds exactly these."""
+
+    format: WeightFormat = Field(description="Served weight format.")
+    group_size: int | None = Field(default=None, description="INT4 group size in effect.")
+    targets: QuantTargets | None = Field(
+        default=None, description="Layers quantized, in effect (unset: nothing is converted)."
+    )
+    moe: bool = Field(default=False, description="The source has routed experts.")
+
+
 class PlanStatus(ApiModel):
     """The capacity plan, as `kvant plan --json` reports it (camelCase here, snake_case there)."""
 
@@ -137,6 +149,9 @@ class PlanStatus(ApiModel):
     )
     inputs: str | None = Field(
         default=None, max_length=64, description="Digest of the spec fields the plan was made from."
+    )
+    weights: PlannedWeights | None = Field(
+        default=None, description="The weights the plan sized, with every default applied."
     )
 
 

@@ -17,6 +17,8 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from kvant_contracts.sglang_metrics import NUM_RETRACTED_REQUESTS_TOTAL, TOKEN_USAGE, promql_per_pod
+
 Obj = dict[str, Any]
 _TIMEOUT = 5.0
 
@@ -100,13 +102,14 @@ def _add_replicas(kube: Any, view: Any, prometheus: str | None) -> None:
 
 def _add_history(view: Any, url: str) -> None:
     selector = f'{{namespace="{view.namespace}",pod=~"{view.name}-.*"}}'
+    retractions = f"{NUM_RETRACTED_REQUESTS_TOTAL}{selector}"
     now = time.time()
     try:
         series = _prometheus(
             url,
             "query_range",
             {
-                "query": f"max(sglang:token_usage{selector})",
+                "query": f"max({TOKEN_USAGE}{selector})",
                 "start": now - 900,
                 "end": now,
                 "step": 30,
@@ -119,7 +122,7 @@ def _add_history(view: Any, url: str) -> None:
             for r in _prometheus(
                 url,
                 "query",
-                {"query": f"sum by (pod) (increase(sglang:num_retracted_requests_total{selector}[5m]))"},
+                {"query": promql_per_pod(NUM_RETRACTED_REQUESTS_TOTAL, f"increase({retractions}[5m])")},
             )
         }
     except (urllib.error.URLError, OSError, ValueError, KeyError):

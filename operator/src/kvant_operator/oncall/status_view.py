@@ -8,7 +8,19 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from kvant_contracts.limits import ConcurrencyBounds, Limits
 from kvant_contracts.serving_pod import GATE_BUSY_REASONS
+from kvant_contracts.sglang_metrics import (
+    NUM_QUEUE_REQS,
+    NUM_RETRACTED_REQUESTS_TOTAL,
+    NUM_RUNNING_REQS,
+    PREFIX,
+    TOKEN_USAGE,
+    Series,
+    combine,
+    retractions_total,
+    scheduler_of,
+)
 
 Obj = dict[str, Any]
 _BARS = "▁▂▃▄▅▆▇█"
@@ -51,8 +63,8 @@ def model_status(qm: Obj) -> ModelStatus:
     protection = spec.get("protection") or {}
     limits = {
         **(spec.get("limits") or {}),
-        "targetTokenUsage": protection.get("targetTokenUsage", 0.9),
-        "protectionMode": protection.get("mode", "enforce"),
+        "targetTokenUsage": protection.get("targetTokenUsage", Limits().targetTokenUsage),
+        "protectionMode": protection.get("mode", Limits().mode),
         "concurrencyBounds": protection.get("concurrency") or {},
     }
     return ModelStatus(
@@ -71,8 +83,12 @@ def replica_from_metrics(pod: str, text: str) -> Replica:
     """A replica's numbers from its pod's merged /metrics (the gate's series, then the engine's)."""
     sums: dict[str, float] = {}
     maxima: dict[str, float] = {}
+    engine: dict[str, list[Series]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
+            if sample.name.startswith(PREFIX):
+                engine.setdefault(sample.name, []).append((scheduler_of(sample.labels), float(sample.value)))
+                continue
             if (
                 sample.name == "kvant_gate_rejected_total"
                 and sample.labels.get("reason") not in GATE_BUSY_REASONS
@@ -80,13 +96,17 @@ def replica_from_metrics(pod: str, text: str) -> Replica:
                 continue
             sums[sample.name] = sums.get(sample.name, 0.0) + float(sample.value)
             maxima[sample.name] = max(maxima.get(sample.name, 0.0), float(sample.value))
+    token_usage = combine(TOKEN_USAGE, engine.get(TOKEN_USAGE, []))
     return Replica(
         pod=pod,
-        token_usage=maxima.get("sglang:token_usage"),
-        running=sums.get("sglang:num_running_reqs"),
-        queued_engine=sums.get("sglang:num_queue_reqs"),
-        retracted=sums.get(
-            "sglang:num_retracted_requests_total", 0.0 if "sglang:token_usage" in maxima else None
+        token_usage=token_usage,
+        running=combine(NUM_RUNNING_REQS, engine.get(NUM_RUNNING_REQS, [])),
+        queued_engine=combine(NUM_QUEUE_REQS, engine.get(NUM_QUEUE_REQS, [])),
+        # No counter yet while the engine answers: nothing retracted so far.
+        retracted=(
+            retractions_total(engine.get(NUM_RETRACTED_REQUESTS_TOTAL, []))
+            if token_usage is not None
+            else None
         ),
         turned_away=sums.get("kvant_gate_rejected_total"),
         queued_gate=sums.get("kvant_gate_queue_length"),
@@ -110,10 +130,11 @@ def render_text(model: ModelStatus) -> str:
         lines.append(f"  ! {condition.get('message', '')[:300]}")
     limits, protection = model.limits, model.protection
     bounds = limits.get("concurrencyBounds") or {}
+    low = bounds.get("min", ConcurrencyBounds().min)
     effective = protection.get("effectiveConcurrency", limits.get("maxConcurrency"))
     lines.append(
         f"  limits: effective concurrency {effective} (maxConcurrency {limits.get('maxConcurrency')}, "
-        f"protection {bounds.get('min', 1)}..{bounds.get('max', limits.get('maxConcurrency'))}, "
+        f"protection {low}..{bounds.get('max', limits.get('maxConcurrency'))}, "
         f"{limits.get('protectionMode')}), maxQueued {limits.get('maxQueued')}, queueTimeout "
         f"{limits.get('queueTimeoutSeconds')}s, target KV usage {limits.get('targetTokenUsage')}"
     )

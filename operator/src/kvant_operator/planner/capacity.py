@@ -1,4 +1,4 @@
-"""KV cache capacity, following SGLang's own arithmetic (DESIGN §3).
+"""KV cache capacity, following SGLang's own arithmetic (docs/architecture.md, "Capacity planning").
 
 SGLang measures the free memory at start (total), loads the weights, and sizes the KV pool as
     max_total_num_tokens = (free_after_weights - total x (1 - mem_fraction_static)) / cell
@@ -16,8 +16,8 @@ MIB = 1 << 20
 # CUDA context and NCCL buffers taken before SGLang measures "total"; about 1 GiB on H100/H200.
 RUNTIME_RESERVE_BYTES = 1 * GIB
 # SGLang's CPU engine process before any weights or KV: Python, torch, SGLang, the tokenizer and the
-# activations of a prefill chunk. A tiny model's engine measured about 2.4 GB in all (DESIGN, "SGLang on
-# CPU"); 3 GiB leaves room for the chunk's activations on larger models.
+# activations of a prefill chunk. A tiny model's engine measured about 2.4 GB in all on SGLang 0.5.23's
+# CPU backend; 3 GiB leaves room for the chunk's activations on larger models.
 CPU_ENGINE_RESERVE_BYTES = 3 * GIB
 
 

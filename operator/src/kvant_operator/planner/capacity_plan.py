@@ -10,8 +10,9 @@ from dataclasses import dataclass, replace
 
 from pydantic import BaseModel, ConfigDict
 
+from kvant_contracts.weights_recipe import DEFAULT_GROUP_SIZE, effective_weights
 from kvant_operator.api.spec import Device, KvCacheDtype, QuantizedModelSpec, QuantTargets, WeightFormat
-from kvant_operator.api.status import PlanStatus
+from kvant_operator.api.status import PlannedWeights, PlanStatus
 from kvant_operator.planner.architecture import Attention, ModelShape
 from kvant_operator.planner.calibration_sizing import count_parameters
 from kvant_operator.planner.capacity import (
@@ -42,8 +43,8 @@ class PlanRequest:
     gpus: int | None = None  # GPUs per replica; None = tensor_parallel
     kv_cache_dtype: KvCacheDtype = KvCacheDtype.FP8_E4M3
     weights_format: WeightFormat | None = None
-    group_size: int = 128
-    targets: QuantTargets | None = None  # None: experts for MoE models, all-linear for dense ones
+    group_size: int | None = None  # None: weights_recipe's default
+    targets: QuantTargets | None = None  # None: weights_recipe's default for the source (MoE or dense)
     ignore: tuple[str, ...] = ()
     mem_fraction_static: float | None = None
     page_size: int = 1
@@ -65,7 +66,7 @@ class PlanRequest:
             gpus=serving.gpus,
             kv_cache_dtype=spec.kv_cache.dtype,
             weights_format=weights.format,
-            group_size=weights.group_size or 128,
+            group_size=weights.group_size,
             targets=weights.targets,
             ignore=tuple(weights.ignore),
             mem_fraction_static=serving.mem_fraction_static,
@@ -90,6 +91,7 @@ class CapacityPlan(BaseModel):
     group_size: int | None
     targets: QuantTargets | None
     kv_cache_dtype: KvCacheDtype
+    moe: bool = False  # the source has routed experts (what unset targets default by)
     kv_bytes_per_token_per_gpu: int
     source_checkpoint_bytes: int
     checkpoint_bytes: int
@@ -123,6 +125,12 @@ class CapacityPlan(BaseModel):
             layers=self.num_layers,
             architecture=self.architecture,
             hidden_size=self.hidden_size,
+            weights=PlannedWeights(
+                format=self.weights_format,
+                group_size=self.group_size,
+                targets=self.targets,
+                moe=self.moe,
+            ),
         )
 
 
@@ -169,6 +177,7 @@ def make_plan(checkpoint: Checkpoint, request: PlanRequest) -> CapacityPlan:
         weights_format=conversion.format,
         group_size=conversion.group_size if conversion.format is WeightFormat.INT4 else None,
         targets=conversion.targets if quantized and conversion.format is not source else None,
+        moe=shape.moe is not None,
         kv_cache_dtype=request.kv_cache_dtype,
         kv_bytes_per_token_per_gpu=cell,
         source_checkpoint_bytes=checkpoint.inventory.nbytes,
@@ -202,11 +211,18 @@ def compare(checkpoint: Checkpoint, request: PlanRequest) -> list[CapacityPlan]:
 
 
 def _conversion(shape: ModelShape, source: WeightFormat, request: PlanRequest) -> Conversion:
-    default_targets = QuantTargets.EXPERTS if shape.moe is not None else QuantTargets.ALL_LINEAR
-    return Conversion(
-        format=request.weights_format or source,
+    served = request.weights_format or source
+    recipe = effective_weights(
+        served.value,
         group_size=request.group_size,
-        targets=request.targets or default_targets,
+        targets=request.targets.value if request.targets else None,
+        converts=served is not source and served in (WeightFormat.INT4, WeightFormat.FP8),
+        moe=shape.moe is not None,
+    )
+    return Conversion(
+        format=served,
+        group_size=recipe.group_size or DEFAULT_GROUP_SIZE,  # sizes nothing outside INT4
+        targets=QuantTargets(recipe.targets) if recipe.targets else QuantTargets.ALL_LINEAR,
         ignore=request.ignore,
     )
 

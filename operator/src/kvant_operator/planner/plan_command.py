@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kvant_contracts.weights_recipe import DEFAULT_GROUP_SIZE, DENSE_DEFAULT_TARGETS, MOE_DEFAULT_TARGETS
 from kvant_operator.api.spec import Device, KvCacheDtype, QuantTargets, WeightFormat
 from kvant_operator.planner.architecture import ConfigError
 from kvant_operator.planner.capacity_plan import DEFAULT_CONTEXTS, PlanRequest, compare, make_plan
@@ -85,11 +86,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         choices=[f.value for f in WeightFormat],
         help="served weight format (spec.weights.format); default: the source's",
     )
-    parser.add_argument("--group-size", type=int, choices=[32, 64, 128], default=128, help="INT4 group size")
+    parser.add_argument(
+        "--group-size",
+        type=int,
+        choices=[32, 64, 128],
+        help=f"INT4 group size (default {DEFAULT_GROUP_SIZE})",
+    )
     parser.add_argument(
         "--targets",
         choices=[t.value for t in QuantTargets],
-        help="layers to quantize; default: experts for MoE, all-linear for dense",
+        help=f"layers to quantize; default: {MOE_DEFAULT_TARGETS} for MoE, {DENSE_DEFAULT_TARGETS} for dense",
     )
     parser.add_argument(
         "--ignore", action="append", default=[], help="module kept in higher precision (repeat)"

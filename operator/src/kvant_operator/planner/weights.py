@@ -22,6 +22,7 @@ from kvant_contracts.int4_artifact import (
     is_fp8_block_scale,
     is_linear_weight,
 )
+from kvant_contracts.weights_recipe import DEFAULT_GROUP_SIZE
 from kvant_operator.api.spec import QuantTargets, WeightFormat
 from kvant_operator.planner.inventory import Inventory, Tensor
 
@@ -36,8 +37,8 @@ class Conversion:
     """What to produce: the served format and, for quantized formats, which Linear layers."""
 
     format: WeightFormat
-    group_size: int = 128
-    targets: QuantTargets = QuantTargets.ALL_LINEAR
+    group_size: int = DEFAULT_GROUP_SIZE
+    targets: QuantTargets = QuantTargets.ALL_LINEAR  # the dense default (weights_recipe decides)
     ignore: tuple[str, ...] = ()
 
     @property

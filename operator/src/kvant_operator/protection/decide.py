@@ -1,8 +1,10 @@
 """The protection decision, a pure function: from measured KV pressure to the next effective concurrency.
 
-AIMD, like the gate's local loop but slower and across replicas: cut by a quarter when the worst
-replica's KV usage passes the target or retractions exceed the tolerance; raise by a step when every
-replica has headroom; hold otherwise. It never leaves [concurrency.min, the spec's ceiling].
+AIMD, like the gate's local loop but slower and across replicas: cut by the limits contract's
+decreaseFactor (the gate's, `kvant_contracts.limits.ConcurrencyBounds`) when the worst replica's KV
+usage passes the target or retractions exceed the tolerance; raise by a step when every replica has
+headroom; hold otherwise. It never leaves [concurrency.min, the spec's ceiling]. The raise differs
+from the gate's on purpose: one decision every intervalSeconds climbs in larger steps than one a second.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-DECREASE_FACTOR = 0.75
+from kvant_contracts.limits import ConcurrencyBounds
+
 HEADROOM = 0.8  # raise only below 80% of the target, so the loop does not oscillate around it
 
 
@@ -29,6 +32,7 @@ class Bounds:
     ceiling: int
     target_token_usage: float
     max_retractions_per_minute: int
+    decrease_factor: float = ConcurrencyBounds().decreaseFactor
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,7 @@ def decide(current: int, samples: list[Sample], bounds: Bounds) -> Decision:
     worst = max(samples, key=lambda s: s.token_usage)
     retracting = [s for s in samples if (s.retractions_per_minute or 0) > bounds.max_retractions_per_minute]
     if worst.token_usage > bounds.target_token_usage or retracting:
-        lowered = max(bounds.floor, math.floor(current * DECREASE_FACTOR))
+        lowered = max(bounds.floor, math.floor(current * bounds.decrease_factor))
         if retracting:
             r = max(retracting, key=lambda s: s.retractions_per_minute or 0)
             why = (

@@ -12,11 +12,18 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from kvant_contracts.retraction_rate import RetractionRate, promql_retractions_per_minute
+from kvant_contracts.sglang_metrics import (
+    NUM_RETRACTED_REQUESTS_TOTAL,
+    TOKEN_USAGE,
+    Series,
+    combine,
+    promql_per_pod,
+    scheduler_of,
+)
 from kvant_operator.protection.decide import Sample
 
 Obj = dict[str, Any]
-TOKEN_USAGE = "sglang:token_usage"
-RETRACTIONS = "sglang:num_retracted_requests_total"
 _TIMEOUT = 3.0
 
 
@@ -26,16 +33,13 @@ class MetricsUnavailable(RuntimeError):
 
 @dataclass
 class CounterMemory:
-    """The last retraction counter per replica, to turn the counter into a rate between two scrapes."""
+    """Each replica's retraction counter over time, as the rate the gate computes too."""
 
-    last: dict[str, tuple[float, float]] = field(default_factory=dict)  # replica -> (time, value)
+    rates: dict[str, RetractionRate] = field(default_factory=dict)  # replica -> its counter's history
 
     def rate_per_minute(self, replica: str, value: float, now: float) -> float | None:
-        previous = self.last.get(replica)
-        self.last[replica] = (now, value)
-        if previous is None or now <= previous[0] or value < previous[1]:
-            return None  # first sight, or the engine restarted and its counter reset
-        return (value - previous[1]) * 60.0 / (now - previous[0])
+        """None at first sight and after the engine restarted (its counter went down)."""
+        return self.rates.setdefault(replica, RetractionRate()).observe(now, value).per_minute
 
 
 def scrape_pods(pods: list[tuple[str, str]], port: int, memory: CounterMemory) -> list[Sample]:
@@ -52,7 +56,7 @@ def scrape_pods(pods: list[tuple[str, str]], port: int, memory: CounterMemory) -
         values = _values(text)
         if TOKEN_USAGE not in values:
             raise MetricsUnavailable(f"replica {name} exports no {TOKEN_USAGE} (is --enable-metrics on?)")
-        retractions = values.get(RETRACTIONS)
+        retractions = values.get(NUM_RETRACTED_REQUESTS_TOTAL)
         rate = (
             memory.rate_per_minute(name, retractions, time.monotonic()) if retractions is not None else None
         )
@@ -61,25 +65,25 @@ def scrape_pods(pods: list[tuple[str, str]], port: int, memory: CounterMemory) -
 
 
 def _values(text: str) -> dict[str, float]:
-    """The max over label sets of each metric we read (one series per TP rank)."""
-    values: dict[str, float] = {}
+    """The engine's value of each metric we read, its series combined as the contract says."""
+    series: dict[str, list[Series]] = {TOKEN_USAGE: [], NUM_RETRACTED_REQUESTS_TOTAL: []}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name in (TOKEN_USAGE, RETRACTIONS):
-                values[sample.name] = max(values.get(sample.name, 0.0), float(sample.value))
-    return values
+            if sample.name in series:
+                series[sample.name].append((scheduler_of(sample.labels), float(sample.value)))
+    combined = {name: combine(name, found) for name, found in series.items()}
+    return {name: value for name, value in combined.items() if value is not None}
 
 
 def query_prometheus(url: str, namespace: str, pod_regex: str, stale_after: float) -> list[Sample]:
     selector = f'{{namespace="{namespace}",pod=~"{pod_regex}"}}'
-    usage = _query(url, f"max by (pod) ({TOKEN_USAGE}{selector})")
+    usage = _query(url, promql_per_pod(TOKEN_USAGE, f"{TOKEN_USAGE}{selector}"))
     ages = {
         r["metric"]["pod"]: float(r["value"][1])
         for r in _query(url, f"max by (pod) (time() - timestamp({TOKEN_USAGE}{selector}))")
     }
     rates = {
-        r["metric"]["pod"]: float(r["value"][1])
-        for r in _query(url, f"sum by (pod) (rate({RETRACTIONS}{selector}[1m])) * 60")
+        r["metric"]["pod"]: float(r["value"][1]) for r in _query(url, promql_retractions_per_minute(selector))
     }
     if not usage:
         raise MetricsUnavailable(f"Prometheus at {url} has no {TOKEN_USAGE} for {namespace}/{pod_regex}")

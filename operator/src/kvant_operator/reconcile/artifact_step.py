@@ -90,7 +90,7 @@ def kv_scales_condition(p: Pass) -> None:
     elif kv.scales is KvScales.CHECKPOINT:
         p.condition(ConditionType.KV_SCALES, True, "FromCheckpoint", "the scales the checkpoint carries")
     elif p.plan is not None and p.plan.architecture:
-        found = delivery(p.plan.architecture)  # loadable: the plan step refuses the rest
+        found = delivery(p.plan.architecture, kv.dtype.value)  # loadable: the plan step refuses the rest
         p.condition(
             ConditionType.KV_SCALES, True, f"Calibrated{_PATH_REASONS[found.paths[0]]}", describe(found)
         )
@@ -111,6 +111,7 @@ class Attempts:
     def __init__(self, p: Pass, kube: KubeDoor, settings: OperatorSettings, key: str) -> None:
         assert p.plan is not None
         self.p, self.kube, self.settings, self.key = p, kube, settings, key
+        self.plan = p.plan  # the plan the conversion builds
         self.label = weight_format(p.spec.weights.format.value).label
         self.workers = (
             jobs.conversion_workers(p.body, p.plan.source_bytes, settings) if needs_conversion(p.spec) else 1
@@ -139,7 +140,7 @@ class Attempts:
                 attempt=attempt,
                 workers=self.workers,
                 fetched=p.source,
-                calibration=p.plan.calibration if p.plan else None,
+                plan=self.plan,
             )
             self._create(job)
             self._progress("Finalizing", f"all {self.workers} conversion workers finished; finalizing")
@@ -159,7 +160,14 @@ class Attempts:
         p = self.p
         if self.workers > 1:
             first = jobs.shards_job(
-                [p.body], p.spec, self.settings, self.key, workers=self.workers, attempt=attempt
+                [p.body],
+                p.spec,
+                self.settings,
+                self.key,
+                workers=self.workers,
+                attempt=attempt,
+                plan=self.plan,
+                fetched=p.source,
             )
         else:
             first = jobs.artifact_job(
@@ -169,7 +177,7 @@ class Attempts:
                 self.key,
                 attempt=attempt,
                 fetched=p.source,
-                calibration=p.plan.calibration if p.plan else None,
+                plan=self.plan,
             )
         self._create(first)
         self._progress("Starting", f"job {first['metadata']['name']} is starting ({self.workers} worker(s))")

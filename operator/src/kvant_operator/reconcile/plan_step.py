@@ -20,13 +20,14 @@ from kvant_operator.settings import OperatorSettings
 
 def ensure_plan(p: Pass, kube: KubeDoor, settings: OperatorSettings) -> None:
     inputs = digest(jobs.plan_inputs(p.spec))
-    if p.plan is None or p.plan.inputs != inputs:
+    # A plan from before status.plan.weights existed is made again: the conversion is rendered from it.
+    if p.plan is None or p.plan.inputs != inputs or p.plan.weights is None:
         p.plan = _run_plan(p, kube, settings, inputs)
         p.events.append(("Normal", "Planned", plan_summary(p.plan)))
     p.plan = with_calibration(p.plan, p.spec)
     if needs_calibration(p.spec) and p.plan.architecture:
         try:
-            delivery(p.plan.architecture)
+            delivery(p.plan.architecture, p.spec.kv_cache.dtype.value)
         except Unloadable as refused:
             raise p.fail(
                 "KVScalesNotLoadable",

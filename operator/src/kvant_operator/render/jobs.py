@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvant_contracts.weights_recipe import int4_scheme
 from kvant_operator.api.spec import QuantizedModelSpec
-from kvant_operator.api.status import CalibrationPlan, SourceStatus
+from kvant_operator.api.status import PlanStatus, SourceStatus
 from kvant_operator.artifact_recipe import (
     artifact_location,
     digest,
@@ -18,6 +19,11 @@ from kvant_operator.artifact_recipe import (
     source_location,
 )
 from kvant_operator.planner.capacity_plan import DEFAULT_CONTEXTS
+from kvant_operator.render.artifact_containers import (
+    calibrate_container,
+    conversion_recipe,
+    convert_container,
+)
 from kvant_operator.render.meta import Obj, object_meta, owner_reference
 from kvant_operator.render.pod_security import restricted
 from kvant_operator.settings import OperatorSettings
@@ -36,12 +42,13 @@ def _short(name: str, suffix: str) -> str:
 def plan_inputs(spec: QuantizedModelSpec) -> Obj:
     """Everything `kvant plan` reads; a change here means a new plan Job."""
     serving, weights = spec.serving, spec.weights
+    _, group_size = int4_scheme(weights.format.value, None, weights.group_size)
     common = {
         "source": spec.source.model_dump(mode="json"),
         "tp": serving.tensor_parallel,
         "kvDtype": spec.kv_cache.dtype.value,
         "weights": weights.format.value,
-        "groupSize": weights.group_size,
+        "groupSize": group_size,
         "targets": weights.targets.value if weights.targets else None,
         "ignore": list(weights.ignore),
         "memFractionStatic": serving.mem_fraction_static,
@@ -143,13 +150,16 @@ def shards_job(
     *,
     workers: int,
     attempt: int,
+    plan: PlanStatus,
     fetched: SourceStatus | None = None,
 ) -> Obj:
     """An Indexed Job: pod i converts the shards i, i+N, i+2N, ... into the shared staging area."""
     source = source_location(spec, fetched)
     output = artifact_location(spec, settings, key)
     worker = ["--worker-index", "$(JOB_COMPLETION_INDEX)", "--workers", str(workers)]
-    convert = _convert_container(spec, settings, source.path, output.path, worker)
+    convert = convert_container(
+        conversion_recipe(spec, plan), spec, settings, source.path, output.path, mode=worker
+    )
     convert["volumeMounts"] = _artifact_mounts(source.mount_path, output.mount_path)
     job = job_object(
         _shared_meta(bodies, shards_job_name(key, attempt), key, attempt),
@@ -185,20 +195,22 @@ def artifact_job(
     key: str,
     *,
     attempt: int,
+    plan: PlanStatus,
     workers: int = 1,
     fetched: SourceStatus | None = None,
-    calibration: CalibrationPlan | None = None,
 ) -> Obj:
-    """One Job per artifact key, owned by every QuantizedModel that uses it. After a distributed
-    conversion (workers > 1) its convert step only finalizes what the shards Job wrote."""
+    """One Job per artifact key, owned by every QuantizedModel that uses it, building what `plan`
+    sized. After a distributed conversion (workers > 1) its convert step only finalizes what the
+    shards Job wrote."""
     source = source_location(spec, fetched)
     output = artifact_location(spec, settings, key)
     steps = []
     if needs_conversion(spec):
         finalize = ["--finalize"] if workers > 1 else []
-        steps.append(_convert_container(spec, settings, source.path, output.path, finalize))
+        recipe = conversion_recipe(spec, plan)
+        steps.append(convert_container(recipe, spec, settings, source.path, output.path, mode=finalize))
     if needs_calibration(spec):
-        steps.append(_calibrate_container(spec, settings, source.path, output.path, calibration))
+        steps.append(calibrate_container(spec, settings, source.path, output.path, plan.calibration))
     for step in steps:
         step["volumeMounts"] = _artifact_mounts(source.mount_path, output.mount_path)
     meta = _shared_meta(bodies, artifact_job_name(key, attempt), key, attempt)
@@ -224,7 +236,7 @@ def eval_job(
     output = artifact_location(spec, settings, key)
     args = ["eval", source.path, output.path, "--max-kl-divergence", str(spec.evaluation.max_kl_divergence)]
     if spec.kv_cache.dtype.is_fp8:
-        args += ["--kv-dtype", "fp8_e4m3"]  # simulated FP8 storage, with the artifact's scales
+        args += ["--kv-dtype", spec.kv_cache.dtype.value]  # simulated FP8 storage, with the artifact's scales
         if spec.kv_cache.scales is not None and spec.kv_cache.scales.value == "unit":
             args.append("--unit-scales")
     container = {
@@ -242,81 +254,6 @@ def eval_job(
     meta = object_meta(body, eval_job_name(key, spec), "evaluation")
     meta["labels"][ARTIFACT_LABEL] = key
     return job_object(meta, [container], [source.volume, output.volume], backoff_limit=0)
-
-
-def _convert_container(
-    spec: QuantizedModelSpec, settings: OperatorSettings, source: str, output: str, mode: list[str]
-) -> Obj:
-    """`mode`: nothing (one pod), the worker flags (one pod of an Indexed Job), or --finalize."""
-    weights = spec.weights
-    args = [
-        "convert",
-        source,
-        output,
-        "--format",
-        weights.format.value,
-        "--group-size",
-        str(weights.group_size),
-        "--targets",
-        (weights.targets.value if weights.targets else "all-linear"),
-        "--progress-json",
-        "-",
-        *mode,
-    ]
-    if spec.source.revision:
-        args += ["--revision", spec.source.revision]
-    for pattern in weights.ignore:
-        args += ["--ignore", pattern]
-    return {
-        "name": "convert",
-        "image": settings.runtime_image,
-        "command": ["kvant"],
-        "args": args,
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
-    }
-
-
-def _calibrate_container(
-    spec: QuantizedModelSpec,
-    settings: OperatorSettings,
-    source: str,
-    artifact: str,
-    sizing: CalibrationPlan | None,
-) -> Obj:
-    calibration = spec.kv_cache.calibration
-    assert calibration is not None  # defaulted whenever scales are calibrated
-    args = [
-        "calibrate",
-        artifact,
-        "--samples",
-        str(calibration.samples),
-        "--sequence-length",
-        str(calibration.sequence_length),
-        # The --quantization-param-path JSON holds one scale map per TP rank; SGLang falls back to
-        # 1.0 when the count differs from the engine's, so it is written for the serving TP.
-        "--tp",
-        str(spec.serving.tensor_parallel),
-    ]
-    if calibration.dataset != "builtin":
-        args += ["--data", f"{source}/{calibration.dataset}"]  # a path inside the source
-    resources: Obj = {"requests": {"cpu": "1", "memory": "2Gi"}}
-    gpu = spec.serving.gpu
-    if sizing is not None and sizing.device == "cuda" and gpu is not None:  # planner/calibration_sizing.py
-        args += ["--device", "cuda"]
-        gpus = str(sizing.gpus)
-        resources = {
-            "requests": {"cpu": "4", "memory": "32Gi", gpu.resource: gpus},
-            "limits": {gpu.resource: gpus},
-        }
-    return {
-        "name": "calibrate",
-        "image": settings.runtime_image,
-        "command": ["kvant"],
-        "args": args,
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-        "resources": resources,
-    }
 
 
 def job_object(

@@ -66,11 +66,7 @@ def render_offline(manifest: Obj, checkpoint: Path | None, namespace: str) -> li
     artifact = ArtifactStatus(uri=spec.source.uri)
     if needs_artifact(spec):
         key = artifact_key(spec, settings, fetched)
-        objects.append(
-            jobs.artifact_job(
-                [body], spec, settings, key, attempt=1, fetched=fetched, calibration=plan.calibration
-            )
-        )
+        objects.append(jobs.artifact_job([body], spec, settings, key, attempt=1, fetched=fetched, plan=plan))
         location = artifact_location(spec, settings, key)
         artifact = ArtifactStatus(uri=artifact_uri(spec, settings, key), digest="sha256:<set when published>")
     objects += serving_objects(ServingInputs(body, spec, plan, location, artifact.digest, settings), None)

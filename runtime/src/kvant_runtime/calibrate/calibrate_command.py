@@ -8,9 +8,10 @@ from pathlib import Path
 from kvant_runtime.calibrate.job_output import emit_result, fail, say
 
 _DESCRIPTION = """\
-Calibrate per-layer FP8 (e4m3) KV-cache scales for a Kvant artifact and write them into it under the
-tensor names SGLang's loader reads, with a static per-tensor kv_cache_scheme in config.json. The model
-runs one decoder layer at a time (memory: one layer plus activations). The artifact is unpublished
+Calibrate per-layer FP8 KV-cache scales (for the e4m3 or e5m2 cache SGLang will serve) for a Kvant
+artifact and write them into it under the tensor names SGLang's loader reads, with a static
+per-tensor kv_cache_scheme in config.json. The model runs one decoder layer at a time (memory: one
+layer plus activations). The artifact is unpublished
 (no kvant-manifest.json) until calibration succeeds, then published under a new digest; rerun after
 a failure. The result is printed as one JSON line, last on stdout. Exit codes: 0 ok, 2 bad input,
 3 internal error.
@@ -32,6 +33,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     parser.add_argument(
+        "--kv-dtype",
+        default="fp8_e4m3",
+        help="the KV cache format SGLang serves (--kv-cache-dtype): fp8_e4m3 or fp8_e5m2; its range sets "
+        "the scales (default fp8_e4m3)",
+    )
+    parser.add_argument(
         "--tp",
         type=int,
         default=1,
@@ -49,7 +56,7 @@ def _run(args: argparse.Namespace) -> int:
     from kvant_runtime.calibrate.input_errors import ModelInputError  # noqa: PLC0415
     from kvant_runtime.convert.convert_errors import ConvertError  # noqa: PLC0415
 
-    options = Options(args.samples, args.sequence_length, args.data, args.device, args.tp)
+    options = Options(args.samples, args.sequence_length, args.data, args.device, args.tp, args.kv_dtype)
     try:
         result = calibrate(args.artifact, options, lambda message: say("calibrate", message))
     except (ModelInputError, ConvertError) as err:

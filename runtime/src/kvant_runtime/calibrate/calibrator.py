@@ -1,7 +1,8 @@
-"""Calibration: run the samples through the artifact layer by layer, derive per-layer FP8 KV scales,
-and publish them in the artifact on every path SGLang's loader for the architecture reads: the
-tensors under the names it takes and, where the model reads one, a `--quantization-param-path` JSON
-(`KVLayout.paths`; the result's `kvScalePaths` lists them)."""
+"""Calibration: run the samples through the artifact layer by layer, derive per-layer FP8 KV scales for
+the cache format that will be served (e4m3 or e5m2: the format's range sets the scale), and publish
+them in the artifact on every path SGLang's loader for the architecture reads: the tensors under the
+names it takes and, where the model reads one, a `--quantization-param-path` JSON (`KVLayout.paths`;
+the result's `kvScalePaths` lists them)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 import torch
 
 from kvant_contracts.job_lines import ArtifactResult
+from kvant_kernels.fp8 import KV_FP8_FORMATS
 from kvant_kernels.kv_cache_scheme import KV_CACHE_SCHEME
 from kvant_kernels.kv_scales import SAFETY_MARGIN, LayerAbsmax, kv_cache_scale
 from kvant_runtime.calibrate import scales_publish as artifact
@@ -36,6 +38,7 @@ class Options:
     data: Path | None = None
     device: str = "cpu"
     tensor_parallel: int = 1  # SGLang's TP size: the JSON's scales are checked against it, rank by rank
+    kv_dtype: str = "fp8_e4m3"  # the served --kv-cache-dtype, whose range the scales map onto
 
 
 def measure_kv_absmax(
@@ -62,14 +65,14 @@ def measure_kv_absmax(
     return tap.absmax
 
 
-def scales_for(layout: KVLayout, absmax: LayerAbsmax) -> dict[str, float]:
+def scales_for(layout: KVLayout, absmax: LayerAbsmax, kv_dtype: str) -> dict[str, float]:
     """Every scale tensor, by name, under each tensor path the loader takes."""
     scales: dict[str, float] = {}
     for path in layout.tensor_paths():
         for layer in range(layout.layers):
             k_name, v_name = layout.names(path, layer)
-            scales[k_name] = kv_cache_scale(absmax.k(layer))
-            scales[v_name] = kv_cache_scale(absmax.v(layer))
+            scales[k_name] = kv_cache_scale(absmax.k(layer), kv_dtype)
+            scales[v_name] = kv_cache_scale(absmax.v(layer), kv_dtype)
     return scales
 
 
@@ -85,9 +88,13 @@ def calibrate(directory: Path, options: Options, say: Callable[[str], None]) -> 
     device = resolve_device(options.device)
     if options.tensor_parallel < 1:
         raise ModelInputError(f"--tp {options.tensor_parallel}: SGLang's tensor-parallel size is at least 1")
+    if options.kv_dtype not in KV_FP8_FORMATS:
+        raise ModelInputError(
+            f"--kv-dtype {options.kv_dtype!r}: valid values are {', '.join(KV_FP8_FORMATS)}"
+        )
     config = read_json(directory / artifact.CONFIG_FILE)
     artifact.check_calibratable(config, directory)
-    layout = kv_layout(config)
+    layout = kv_layout(config, options.kv_dtype)
     windows = token_windows(
         directory,
         int(config.get("vocab_size", 0)),
@@ -108,7 +115,7 @@ def calibrate(directory: Path, options: Options, say: Callable[[str], None]) -> 
         say(f"layer {layer + 1}/{layout.layers}: {kv}")
 
     absmax = measure_kv_absmax(directory, windows, layout, device, report)
-    scales = scales_for(layout, absmax)
+    scales = scales_for(layout, absmax, options.kv_dtype)
     calibration = _calibration_record(options, windows, layout)
     quant_params = None
     if "json" in layout.paths:
@@ -145,6 +152,7 @@ def _calibration_record(options: Options, windows: TokenWindows, layout: KVLayou
         digest.update(sample.numpy().astype("<i8").tobytes())
     return {
         "scales": "calibrate",
+        "kvCacheDtype": options.kv_dtype,
         "kvCacheScheme": dict(KV_CACHE_SCHEME),
         "architecture": layout.architecture,
         "cache": layout.kind,

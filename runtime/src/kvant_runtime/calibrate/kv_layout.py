@@ -55,11 +55,12 @@ class KVLayout:
         ]
 
 
-def kv_layout(config: dict[str, Any]) -> KVLayout:
+def kv_layout(config: dict[str, Any], kv_dtype: str = "fp8_e4m3") -> KVLayout:
+    """The layout of `config`'s cache and the scale paths SGLang reads for a `kv_dtype` cache."""
     architectures = config.get("architectures") or []
     architecture = str(architectures[0]) if architectures else ""
     try:
-        found = delivery(architecture)
+        found = delivery(architecture, kv_dtype)
     except Unloadable as refused:
         raise ModelInputError(f"config.json architectures is {architectures!r}: {refused}") from None
     layers = config.get("num_hidden_layers")

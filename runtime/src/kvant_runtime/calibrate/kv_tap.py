@@ -3,10 +3,11 @@
 A decoder layer's attention hands its cache `update(first, second, layer_idx)` and attends over
 what comes back. For GQA the pair is the post-RoPE K and V; for MLA (DeepSeek-V3 in transformers 5)
 it is the latent itself, the normalised compressed KV and the roped k_pe, the same row SGLang keeps.
-The tap records their absmax per layer and, given scales, returns them as an e4m3 cache would give
-them back, so attention runs on quantize-dequantized K/V. Given the widths SGLang's cache stores
-(`KVLayout.widths`), it refuses tensors of other widths: transformers' attention for that model then
-caches something else than SGLang's, and its absmax would give wrong scales.
+The tap records their absmax per layer and, given scales, returns them as an FP8 cache of its format
+(e4m3 or e5m2) would give them back, so attention runs on quantize-dequantized K/V. Given the widths
+SGLang's cache stores (`KVLayout.widths`), it refuses tensors of other widths: transformers'
+attention for that model then caches something else than SGLang's, and its absmax would give wrong
+scales.
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ class KVTap:
         kind: CacheKind,
         scales: Mapping[int, tuple[float, float]] | None = None,
         widths: tuple[int, int] | None = None,
+        kv_dtype: str = "fp8_e4m3",
     ) -> None:
         self.kind = kind
         self.scales = scales
+        self.kv_dtype = kv_dtype  # the format `scales` quantize into; absmax alone needs none
         self.widths = widths
         self.absmax = LayerAbsmax()
 
@@ -53,4 +56,6 @@ class KVTap:
         k_scale, v_scale = self.scales[layer_idx]
         if self.kind == "mla":
             v_scale = k_scale  # SGLang's attn_mqa reads the whole latent row with k_scale
-        return fake_quantize_kv(first, k_scale), fake_quantize_kv(second, v_scale)
+        return fake_quantize_kv(first, k_scale, self.kv_dtype), fake_quantize_kv(
+            second, v_scale, self.kv_dtype
+        )

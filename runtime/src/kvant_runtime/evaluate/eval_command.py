@@ -36,12 +36,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--kv-dtype",
         default="auto",
-        help="candidate KV cache: auto or bf16 (unquantized), or fp8_e4m3 (simulated)",
+        help="candidate KV cache: auto or bf16 (unquantized), or fp8_e4m3 / fp8_e5m2 (simulated)",
     )
     parser.add_argument(
         "--unit-scales",
         action="store_true",
-        help="with fp8_e4m3: use scale 1.0 instead of the candidate's k/v_scale",
+        help="with an FP8 --kv-dtype: use scale 1.0 instead of the candidate's k/v_scale",
     )
     parser.add_argument(
         "--max-kl-divergence",

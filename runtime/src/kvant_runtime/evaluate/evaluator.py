@@ -2,9 +2,9 @@
 
 Both models run the same built-in evaluation text (held out from calibration) one decoder layer at
 a time: layer N of the reference, then layer N of the candidate, so memory stays at about one layer
-of each plus two sets of activations. With `--kv-dtype fp8_e4m3` the candidate's attention reads
-K/V quantize-dequantized through e4m3 with the candidate's own k_scale/v_scale (or 1.0 with
-`--unit-scales`), which is what SGLang's FP8 cache gives back.
+of each plus two sets of activations. With `--kv-dtype fp8_e4m3` (or `fp8_e5m2`) the candidate's
+attention reads K/V quantize-dequantized through that format with the candidate's own k_scale/v_scale
+(or 1.0 with `--unit-scales`), which is what SGLang's FP8 cache of that format gives back.
 
 The gate passes when the mean KL divergence is at most `maxKLDivergence` (the QuantizedModel's
 `spec.evaluation.maxKLDivergence`).
@@ -22,6 +22,7 @@ import torch
 
 from kvant_contracts.artifact_manifest import MANIFEST_NAME, ManifestError, verify_artifact
 from kvant_contracts.job_lines import EvalVerdict
+from kvant_kernels.fp8 import KV_FP8_FORMATS
 from kvant_runtime.calibrate.calibrator import resolve_device
 from kvant_runtime.calibrate.data import token_windows
 from kvant_runtime.calibrate.input_errors import ModelInputError
@@ -32,7 +33,7 @@ from kvant_runtime.calibrate.stream import LayerStream
 from kvant_runtime.evaluate.agreement import Agreement
 
 EVALUATION_DATA = "kvant_runtime.evaluate"
-KV_DTYPES = ("auto", "bf16", "fp8_e4m3")
+KV_DTYPES = ("auto", "bf16", *KV_FP8_FORMATS)
 GATED_METRIC = "meanKLDivergence"
 
 
@@ -104,8 +105,8 @@ def gate_failure(metrics: dict[str, Any], max_kl_divergence: float | None) -> st
 def _check_options(options: Options) -> None:
     if options.kv_dtype not in KV_DTYPES:
         raise ModelInputError(f"--kv-dtype {options.kv_dtype!r}: valid values are {', '.join(KV_DTYPES)}")
-    if options.unit_scales and options.kv_dtype != "fp8_e4m3":
-        raise ModelInputError("--unit-scales applies to an FP8 KV cache; add --kv-dtype fp8_e4m3")
+    if options.unit_scales and options.kv_dtype not in KV_FP8_FORMATS:
+        raise ModelInputError("--unit-scales applies to an FP8 KV cache; add --kv-dtype fp8_e4m3 or fp8_e5m2")
     if options.max_kl_divergence is not None and options.max_kl_divergence < 0:
         raise ModelInputError(f"--max-kl-divergence {options.max_kl_divergence}: must be 0 or more")
 
@@ -121,11 +122,12 @@ def _candidate_digest(candidate: Path) -> str | None:
 
 
 def _candidate_kv(candidate: Path, options: Options) -> tuple[KVTap | None, str | None]:
-    if options.kv_dtype != "fp8_e4m3":
+    if options.kv_dtype not in KV_FP8_FORMATS:
         return None, None
-    layout = kv_layout(read_json(candidate / "config.json"))
+    layout = kv_layout(read_json(candidate / "config.json"), options.kv_dtype)
     if options.unit_scales:
-        return KVTap(layout.kind, dict.fromkeys(range(layout.layers), (1.0, 1.0))), "unit"
+        unit = dict.fromkeys(range(layout.layers), (1.0, 1.0))
+        return KVTap(layout.kind, unit, kv_dtype=options.kv_dtype), "unit"
     checkpoint = Checkpoint(candidate)
     try:
         if not checkpoint.has(layout.scale_names(0)[0]):
@@ -136,7 +138,7 @@ def _candidate_kv(candidate: Path, options: Options) -> tuple[KVTap | None, str 
         scales = {layer: _scales(checkpoint, layout.scale_names(layer)) for layer in range(layout.layers)}
     finally:
         checkpoint.close()
-    return KVTap(layout.kind, scales), "checkpoint"
+    return KVTap(layout.kind, scales, kv_dtype=options.kv_dtype), "checkpoint"
 
 
 def _scales(checkpoint: Checkpoint, names: tuple[str, str]) -> tuple[float, float]:

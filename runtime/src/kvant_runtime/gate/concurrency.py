@@ -2,8 +2,9 @@
 
 Each tick gets one engine sample (or None when `/metrics` failed or lacked token_usage).
 - Saturated: the sample is missing (stale metrics count as saturated), token_usage is above
-  targetTokenUsage, or retractions over the last minute exceed maxRetractionsPerMinute and
-  grew since the previous tick. The limit drops to floor(limit * decreaseFactor).
+  targetTokenUsage, or retractions per minute (`kvant_contracts.retraction_rate`, the operator's
+  rate too) exceed maxRetractionsPerMinute and grew since the previous tick. The limit drops to
+  floor(limit * decreaseFactor).
   A cut acts only as in-flight requests finish, and the cache stays full until then; so
   while in-flight requests still exceed the limit, a fresh sample does not cut again.
   Stale samples always cut: there is no signal to wait for.
@@ -14,13 +15,11 @@ The limit always stays within [concurrency floor, ceiling] of the current limits
 
 from __future__ import annotations
 
-import collections
 import math
 from dataclasses import dataclass
 
 from kvant_contracts.limits import Limits
-
-RETRACTION_WINDOW_SECONDS = 60.0
+from kvant_contracts.retraction_rate import RetractionRate
 
 
 @dataclass(frozen=True)
@@ -28,7 +27,7 @@ class EngineSample:
     """What the loop reads from one scrape of the engine's `/metrics`."""
 
     token_usage: float  # 0..1, the most loaded rank
-    retracted_total: float  # sglang:num_retracted_requests_total, summed over series
+    retracted_total: float  # the engine's retractions so far (sglang_metrics.retractions_total)
     max_total_num_tokens: int | None  # None when the engine does not export it
 
 
@@ -49,7 +48,7 @@ class ConcurrencyController:
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self.value = limits.concurrency_ceiling
-        self._retractions: collections.deque[tuple[float, float]] = collections.deque()
+        self._retractions = RetractionRate()
 
     def set_limits(self, limits: Limits) -> Change | None:
         """Applies new limits; clamps the value into the new bounds at once."""
@@ -64,7 +63,8 @@ class ConcurrencyController:
         """One tick: `now` is a monotonic time, `in_flight` the gate's in-flight requests."""
         if sample is None:
             return self._decrease("stale_metrics", "engine metrics are stale or failing")
-        grew, per_minute = self._count_retractions(sample.retracted_total, now)
+        retractions = self._retractions.observe(now, sample.retracted_total)
+        grew, per_minute = retractions.grew, retractions.per_minute or 0.0
         target, allowance = self.limits.targetTokenUsage, self.limits.maxRetractionsPerMinute
         if in_flight <= self.value:
             if sample.token_usage > target:
@@ -77,17 +77,6 @@ class ConcurrencyController:
         if sample.token_usage <= target and not grew:
             return self._increase()
         return None
-
-    def _count_retractions(self, total: float, now: float) -> tuple[bool, float]:
-        """Whether the counter grew since the last tick, and its growth over the last minute."""
-        window = self._retractions
-        if window and total < window[-1][1]:
-            window.clear()  # the engine restarted, and its counter with it
-        grew = bool(window) and total > window[-1][1]
-        window.append((now, total))
-        while now - window[0][0] > RETRACTION_WINDOW_SECONDS:
-            window.popleft()
-        return grew, total - window[0][1]
 
     def _decrease(self, signal: str, why: str) -> Change | None:
         new = max(

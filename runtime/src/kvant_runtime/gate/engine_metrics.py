@@ -1,8 +1,8 @@
 """Reads the engine's signals: `/metrics` (Prometheus text) and its server info (JSON).
 
-Across series (tp_rank, dp_rank, …) the gate takes the conservative view: the highest
-token_usage, the smallest max_total_num_tokens, and the sum of retractions (any rank
-retracting raises it).
+Across series (tp_rank, dp_rank, …) the series combine as `kvant_contracts.sglang_metrics` says:
+the highest token_usage, the smallest max_total_num_tokens, and the retractions of every scheduler
+counted once.
 """
 
 from __future__ import annotations
@@ -14,16 +14,23 @@ from typing import Any
 
 import aiohttp
 
+from kvant_contracts.sglang_metrics import (
+    MAX_TOTAL_NUM_TOKENS,
+    NUM_RETRACTED_REQUESTS_TOTAL,
+    PREFIX,
+    TOKEN_USAGE,
+    Series,
+    combine,
+    retractions_total,
+    scheduler_in,
+)
 from kvant_runtime.gate.concurrency import EngineSample
 
-TOKEN_USAGE = "sglang:token_usage"
-RETRACTED_TOTAL = "sglang:num_retracted_requests_total"
-MAX_TOTAL_NUM_TOKENS = "sglang:max_total_num_tokens"
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
-_WANTED = (TOKEN_USAGE, RETRACTED_TOTAL, MAX_TOTAL_NUM_TOKENS)
-_PREFIX = "sglang:"
-# `name{labels} value`: the name, then the value after the last `}` (label values may hold spaces).
-_SAMPLE = re.compile(r"(sglang:[A-Za-z0-9_:]+)(?:\{.*\})?\s+(\S+)")
+_WANTED = (TOKEN_USAGE, NUM_RETRACTED_REQUESTS_TOTAL, MAX_TOTAL_NUM_TOKENS)
+# `name{labels} value`: the name, the labels, then the value after the last `}` (label values may
+# hold spaces).
+_SAMPLE = re.compile(rf"({re.escape(PREFIX)}[A-Za-z0-9_:]+)(\{{.*\}})?\s+(\S+)")
 
 
 class EngineMetricsError(Exception):
@@ -36,24 +43,25 @@ def parse_engine_metrics(text: str) -> EngineSample:
     A line scan for the three series, not a full exposition parser: an engine's `/metrics`
     runs to thousands of lines, and parsing them all would stall the proxy's event loop.
     """
-    values: dict[str, list[float]] = {name: [] for name in _WANTED}
+    series: dict[str, list[Series]] = {name: [] for name in _WANTED}
     for line in text.splitlines():
-        match = _SAMPLE.match(line) if line.startswith(_PREFIX) else None
-        if match is None or match[1] not in values:
+        match = _SAMPLE.match(line) if line.startswith(PREFIX) else None
+        if match is None or match[1] not in series:
             continue
         try:
-            values[match[1]].append(float(match[2]))
+            series[match[1]].append((scheduler_in(match[2] or ""), float(match[3])))
         except ValueError as err:
             raise EngineMetricsError(f"the engine's /metrics has an unreadable value: {line!r}") from err
-    if not values[TOKEN_USAGE]:
+    token_usage = combine(TOKEN_USAGE, series[TOKEN_USAGE])
+    if token_usage is None:
         raise EngineMetricsError(
             f"the engine's /metrics has no {TOKEN_USAGE}; start SGLang with --enable-metrics"
         )
-    capacity = values[MAX_TOTAL_NUM_TOKENS]
+    capacity = combine(MAX_TOTAL_NUM_TOKENS, series[MAX_TOTAL_NUM_TOKENS])
     return EngineSample(
-        token_usage=max(values[TOKEN_USAGE]),
-        retracted_total=sum(values[RETRACTED_TOTAL]),
-        max_total_num_tokens=int(min(capacity)) if capacity else None,
+        token_usage=token_usage,
+        retracted_total=retractions_total(series[NUM_RETRACTED_REQUESTS_TOTAL]),
+        max_total_num_tokens=int(capacity) if capacity is not None else None,
     )
 
 

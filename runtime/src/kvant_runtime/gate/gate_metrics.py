@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from kvant_contracts.limits import MODES
 from kvant_contracts.serving_pod import GATE_BUSY_REASONS
+from kvant_contracts.sglang_metrics import TOKEN_USAGE
 from kvant_runtime.gate.admission import Admission
 from kvant_runtime.gate.forecast import OutputForecast
 from kvant_runtime.prompt_counter import PromptCounter
@@ -86,7 +87,7 @@ class GateMetrics:
             registry=r,
         )
         self.engine_token_usage = Gauge(
-            "kvant_gate_engine_token_usage", "sglang:token_usage as last read by the gate (0..1).", registry=r
+            "kvant_gate_engine_token_usage", f"{TOKEN_USAGE} as last read by the gate (0..1).", registry=r
         )
         self._bind_state(admission)
 

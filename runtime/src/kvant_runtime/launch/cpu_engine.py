@@ -9,12 +9,15 @@ Checked against SGLang 0.5.23's own source (`srt/server_args.py`, `srt/utils`, `
 What cannot run on a CPU without AMX is refused here, before a byte of weights loads, with the reason
 (the operator shows it as Degraded): an FP8 KV cache ("CPU FP8 KV cache requires Intel AMX support")
 and FP8 weights use sgl-kernel's AMX ops. INT4 (compressed-tensors W4A16) has only CUDA kernels in
-SGLang 0.5, so it is refused on any CPU. Standard library only: this module runs in the zipapp.
+SGLang 0.5, so it is refused on any CPU, and so is an e5m2 KV cache. Standard library and
+kvant_contracts only: this module runs in the zipapp.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from kvant_contracts.cpu_serving import CPU_E5M2_REASON
 
 ENGINE_ENV = {"SGLANG_USE_CPU_ENGINE": "1"}
 # The CPU flags AMX announces in /proc/cpuinfo; SGLang's AMX kernels use tiles with bf16 and int8.
@@ -57,6 +60,8 @@ def cpu_refusal(weights_format: str, kv_cache_dtype: str, amx: bool) -> str | No
             "spec.weights.format int4 (compressed-tensors W4A16) has only CUDA kernels in SGLang 0.5: "
             "serve it with spec.serving.device cuda, or use format bf16 on CPU"
         )
+    if kv_cache_dtype == "fp8_e5m2":
+        return f"spec.kvCache.dtype fp8_e5m2: {CPU_E5M2_REASON}"
     if amx:
         return None
     if kv_cache_dtype.startswith("fp8"):

@@ -17,6 +17,7 @@ from pathlib import Path
 MODULES: tuple[str, ...] = (
     "kvant_contracts",
     "kvant_contracts.artifact_manifest",
+    "kvant_contracts.cpu_serving",
     "kvant_contracts.job_lines",
     "kvant_contracts.launch_spec",
     "kvant_contracts.serving_pod",

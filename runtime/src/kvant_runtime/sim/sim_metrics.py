@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from kvant_contracts import sglang_metrics as names
 from kvant_runtime.sim.engine import Engine, Request, StepResult
 
 SCHEDULER_LABELS = ("model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank")
@@ -32,37 +33,42 @@ class EngineMetrics:
         self._tokenizer = {"model_name": model_name, "engine_type": engine_type}
 
         def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(f"sglang:{name}", doc, SCHEDULER_LABELS, registry=registry)
+            return Gauge(name, doc, SCHEDULER_LABELS, registry=registry)
 
-        self.num_running_reqs = gauge("num_running_reqs", "Requests in the running batch.")
-        self.num_queue_reqs = gauge("num_queue_reqs", "Requests in the waiting queue.")
-        self.token_usage = gauge("token_usage", "Fraction of the KV cache in use, 0 to 1.")
-        self.kv_used_tokens = gauge("kv_used_tokens", "KV cache slots held by requests.")
-        self.kv_available_tokens = gauge("kv_available_tokens", "Free KV cache slots.")
-        self.max_total_num_tokens = gauge("max_total_num_tokens", "KV cache capacity in tokens.")
-        self.num_retracted_reqs = gauge("num_retracted_reqs", "Requests retracted in the last interval.")
-        self.gen_throughput = gauge("gen_throughput", "Generated tokens per second.")
+        # Counter names keep SGLang's `_total`: prometheus_client drops it from the family name and
+        # adds it back to the sample, as SGLang's own collector does.
+        self.num_running_reqs = gauge(names.NUM_RUNNING_REQS, "Requests in the running batch.")
+        self.num_queue_reqs = gauge(names.NUM_QUEUE_REQS, "Requests in the waiting queue.")
+        self.token_usage = gauge(names.TOKEN_USAGE, "Fraction of the KV cache in use, 0 to 1.")
+        self.kv_used_tokens = gauge(names.KV_USED_TOKENS, "KV cache slots held by requests.")
+        self.kv_available_tokens = gauge(names.KV_AVAILABLE_TOKENS, "Free KV cache slots.")
+        self.max_total_num_tokens = gauge(names.MAX_TOTAL_NUM_TOKENS, "KV cache capacity in tokens.")
+        self.num_retracted_reqs = gauge(names.NUM_RETRACTED_REQS, "Requests retracted in the last interval.")
+        self.gen_throughput = gauge(names.GEN_THROUGHPUT, "Generated tokens per second.")
         self.num_retracted_requests = Counter(
-            "sglang:num_retracted_requests", "Requests retracted.", SCHEDULER_LABELS, registry=registry
+            names.NUM_RETRACTED_REQUESTS_TOTAL, "Requests retracted.", SCHEDULER_LABELS, registry=registry
         )
         self.prompt_tokens = Counter(
-            "sglang:prompt_tokens", "Prompt tokens of finished requests.", STREAMING_LABELS, registry=registry
+            names.PROMPT_TOKENS_TOTAL,
+            "Prompt tokens of finished requests.",
+            STREAMING_LABELS,
+            registry=registry,
         )
         self.generation_tokens = Counter(
-            "sglang:generation_tokens",
+            names.GENERATION_TOKENS_TOTAL,
             "Generated tokens of finished requests.",
             STREAMING_LABELS,
             registry=registry,
         )
         self.time_to_first_token = Histogram(
-            "sglang:time_to_first_token_seconds",
+            names.TIME_TO_FIRST_TOKEN_SECONDS,
             "Time to first token.",
             STREAMING_LABELS,
             buckets=TTFT_BUCKETS,
             registry=registry,
         )
         self.e2e_request_latency = Histogram(
-            "sglang:e2e_request_latency_seconds",
+            names.E2E_REQUEST_LATENCY_SECONDS,
             "End-to-end request latency.",
             STREAMING_LABELS,
             buckets=E2E_BUCKETS,

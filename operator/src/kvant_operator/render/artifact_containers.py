@@ -1,0 +1,109 @@
+"""The containers of the artifact Job: `kvant convert` (what the plan sized, every value explicit) and
+`kvant calibrate` (sized by the plan's calibration estimate, for the served KV format)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kvant_contracts.weights_recipe import WeightsRecipe
+from kvant_operator.api.spec import QuantizedModelSpec
+from kvant_operator.api.status import CalibrationPlan, PlanStatus
+from kvant_operator.render.meta import Obj
+from kvant_operator.settings import OperatorSettings
+
+
+def conversion_recipe(spec: QuantizedModelSpec, plan: PlanStatus) -> WeightsRecipe:
+    """What the conversion builds: the spec's recipe, with the default that depends on the source
+    (targets: experts for MoE) taken from the plan that sized it."""
+    if plan.weights is None:
+        raise ValueError("the plan has no weights block: re-plan before rendering the conversion")
+    recipe = spec.weights.recipe(converts=True, moe=plan.weights.moe)
+    if plan.weights.targets is not None:  # what the plan sized is what gets built
+        recipe = replace(recipe, targets=plan.weights.targets.value)
+    return recipe
+
+
+def convert_container(
+    recipe: WeightsRecipe,
+    spec: QuantizedModelSpec,
+    settings: OperatorSettings,
+    source: str,
+    output: str,
+    *,
+    mode: list[str],
+) -> Obj:
+    """`mode`: nothing (one pod), the worker flags (one pod of an Indexed Job), or --finalize. Every
+    value of `recipe` goes on the command line, so no default of `kvant convert`'s is ever relied on."""
+    weights = spec.weights
+    assert recipe.targets is not None and recipe.group_size is not None  # converted INT4
+    args = [
+        "convert",
+        source,
+        output,
+        "--format",
+        recipe.format,
+        "--group-size",
+        str(recipe.group_size),
+        "--targets",
+        recipe.targets,
+        "--progress-json",
+        "-",
+        *mode,
+    ]
+    if spec.source.revision:
+        args += ["--revision", spec.source.revision]
+    for pattern in weights.ignore:
+        args += ["--ignore", pattern]
+    return {
+        "name": "convert",
+        "image": settings.runtime_image,
+        "command": ["kvant"],
+        "args": args,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+    }
+
+
+def calibrate_container(
+    spec: QuantizedModelSpec,
+    settings: OperatorSettings,
+    source: str,
+    artifact: str,
+    sizing: CalibrationPlan | None,
+) -> Obj:
+    calibration = spec.kv_cache.calibration
+    assert calibration is not None  # defaulted whenever scales are calibrated
+    args = [
+        "calibrate",
+        artifact,
+        "--samples",
+        str(calibration.samples),
+        "--sequence-length",
+        str(calibration.sequence_length),
+        # The --quantization-param-path JSON holds one scale map per TP rank; SGLang falls back to
+        # 1.0 when the count differs from the engine's, so it is written for the serving TP.
+        "--tp",
+        str(spec.serving.tensor_parallel),
+        # The served format's range sets the scales: e5m2's largest value is 57344, e4m3's 448.
+        "--kv-dtype",
+        spec.kv_cache.dtype.value,
+    ]
+    if calibration.dataset != "builtin":
+        args += ["--data", f"{source}/{calibration.dataset}"]  # a path inside the source
+    resources: Obj = {"requests": {"cpu": "1", "memory": "2Gi"}}
+    gpu = spec.serving.gpu
+    if sizing is not None and sizing.device == "cuda" and gpu is not None:  # planner/calibration_sizing.py
+        args += ["--device", "cuda"]
+        gpus = str(sizing.gpus)
+        resources = {
+            "requests": {"cpu": "4", "memory": "32Gi", gpu.resource: gpus},
+            "limits": {gpu.resource: gpus},
+        }
+    return {
+        "name": "calibrate",
+        "image": settings.runtime_image,
+        "command": ["kvant"],
+        "args": args,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "resources": resources,
+    }
