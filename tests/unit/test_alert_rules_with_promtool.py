@@ -1,5 +1,5 @@
 """Kvant's alert rules, checked and unit-tested by Prometheus' own promtool (from the toolchain), with
-a firing and a not-firing case for every alert and a runbook entry in the README for each."""
+a firing and a not-firing case for every alert and a section of the docs' runbook for each."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from kvant_dev.toolchain import Toolchain
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "charts" / "kvant" / "files" / "kvant-alerts.yaml"
 TESTS = ROOT / "tests" / "promtool" / "kvant-alerts-test.yaml"
+RUNBOOK = ROOT / "docs" / "operations" / "runbook.md"
 
 
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
@@ -44,15 +45,17 @@ def test_every_alert_has_a_firing_and_a_not_firing_case() -> None:
         assert any(not c.get("exp_alerts") for c in mine), f"{name} has no not-firing case"
 
 
-def test_every_runbook_link_has_its_entry_in_the_readme() -> None:
-    headings = {
-        re.sub(r"[^a-z0-9 -]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
-        for line in (ROOT / "README.md").read_text().splitlines()
-        if line.startswith("#")
-    }
+def test_every_runbook_link_names_a_section_of_the_runbook_page() -> None:
+    """Each alert links into the docs site's runbook page, at a heading that page gives that id.
+    (tests/unit/test_docs_site_builds_strict.py checks the same links against the built site.)"""
+    site_url = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["site_url"]
+    page = f"{site_url.rstrip('/')}/operations/runbook/"
+    ids = set(re.findall(r"^#+ .*\{#([a-z0-9-]+)\}\s*$", RUNBOOK.read_text(), flags=re.MULTILINE))
     for name, rule in _alerts().items():
-        anchor = rule["annotations"]["runbook_url"].split("#", 1)[1]
-        assert anchor in headings, f"{name}: README has no heading for #{anchor}"
+        url, _, anchor = rule["annotations"]["runbook_url"].partition("#")
+        assert url == page, f"{name}: runbook_url {url} is not the runbook page {page}"
+        assert anchor == name.lower(), f"{name}: runbook_url anchor #{anchor}, expected #{name.lower()}"
+        assert anchor in ids, f"{name}: {RUNBOOK.relative_to(ROOT)} has no heading {{#{anchor}}}"
 
 
 def test_the_rejecting_alert_counts_exactly_the_gates_busy_reasons() -> None:
