@@ -29,6 +29,10 @@ class EngineImageMissing(RuntimeError):
     pass
 
 
+class EngineExited(RuntimeError):
+    pass
+
+
 def engine_python() -> Path:
     found = built_environment(ENGINE_ENVIRONMENT)
     if found is None:
@@ -37,8 +41,15 @@ def engine_python() -> Path:
 
 
 @contextlib.contextmanager
-def real_engine(model: Path, kv_tokens: int, workdir: Path, max_running_requests: int = 64) -> Iterator[str]:
-    """Serves `model` (a BF16 checkpoint folder) with `--max-total-tokens kv_tokens`; yields its URL."""
+def real_engine(
+    model: Path,
+    kv_tokens: int,
+    workdir: Path,
+    max_running_requests: int = 64,
+    cpus: set[int] | None = None,
+) -> Iterator[str]:
+    """Serves `model` (a BF16 checkpoint folder) with `--max-total-tokens kv_tokens`; yields its URL.
+    `cpus`: the only CPUs the engine may run on (None: any)."""
     port = free_port()
     spec = LaunchSpec(
         modelPath=str(model),
@@ -57,11 +68,17 @@ def real_engine(model: Path, kv_tokens: int, workdir: Path, max_running_requests
     # SGLang's caches (torch inductor, JIT kernels) default to ~/.cache/sglang: the bench's folder instead.
     env = {**os.environ, "SGLANG_CACHE_DIR": str(workdir / "sglang-cache")}
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    if cpus:  # before SGLang starts its scheduler and detokenizer (seconds later), which inherit it
+        os.sched_setaffinity(process.pid, cpus)
     url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        if process.poll() is not None:  # it will never answer: say so now, not after START_SECONDS
+            raise EngineExited(f"the real SGLang engine exited ({process.returncode}):\n{_tail(log)}")
+        return http_ok(f"{url}/health")
+
     try:
-        wait_until(
-            lambda: http_ok(f"{url}/health"), START_SECONDS, "the real SGLang engine", lambda: _tail(log)
-        )
+        wait_until(up, START_SECONDS, "the real SGLang engine", lambda: _tail(log))
         yield url
     finally:
         _stop_group(process)
