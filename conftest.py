@@ -24,10 +24,12 @@ _HOST_BEFORE = pytest.StashKey[tuple[set[str], set[str]]]()
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[_HOST_BEFORE] = (host_leftovers.snapshot(), host_leftovers.network_snapshot())
+    host_leftovers.redirect_tool_caches()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fails the run when it left anything on the host (see tests/host_leftovers.py)."""
+    host_leftovers.drop_tool_caches()
     files_before, network_before = session.config.stash[_HOST_BEFORE]
     left = host_leftovers.new_since(files_before, host_leftovers.snapshot())
     left += host_leftovers.new_since(network_before, host_leftovers.network_snapshot())

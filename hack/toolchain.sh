@@ -9,6 +9,9 @@ source "$(dirname "$0")/../devcluster/src/kvant_dev/versions.env"
 CACHE="${KVANT_CACHE:-$HOME/.cache/kvant}"
 BIN="$CACHE/bin"
 mkdir -p "$BIN"
+# Go's module and build caches default to ~/go and ~/.cache/go-build: kept in Kvant's cache instead,
+# so a build writes nowhere else on the host.
+export GOPATH="$CACHE/go" GOCACHE="$CACHE/go/build-cache"
 
 log() { printf '[toolchain %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 

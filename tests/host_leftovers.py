@@ -1,5 +1,10 @@
-"""What the suite must never leave on the host: new entries in its system folders, or network links
-and routes of a local cluster. Temporary folders and the cache (~/.cache/kvant) are not watched.
+"""What the suite must never leave on the host: new entries in its system folders or in the home
+folder and its ~/.cache, or network links and routes of a local cluster. Temporary folders and
+entries inside Kvant's cache (~/.cache/kvant) are not watched.
+
+Tools the suite runs keep caches in the home folder by default (kubectl ~/.kube/cache, SGLang
+~/.cache/sglang, matplotlib ~/.cache/matplotlib); `redirect_tool_caches` points them at one temporary
+folder for the session, through the environment every subprocess inherits.
 
 The root conftest snapshots before the session and compares after it; anything new fails the run,
 named, so a test that writes to `/source` or `/etc/kvant` cannot pass on the machine it dirties.
@@ -7,11 +12,27 @@ named, so a test that writes to `/source` or `/etc/kvant` cannot pass on the mac
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
-WATCHED = ("/", "/etc", "/opt", "/srv", "/mnt", "/var/lib", "/usr/local")
+WATCHED = (
+    "/",
+    "/etc",
+    "/opt",
+    "/srv",
+    "/mnt",
+    "/var/lib",
+    "/usr/local",
+    str(Path.home()),
+    str(Path.home() / ".cache"),
+)
+# Where each tool reads its cache folder from.
+TOOL_CACHE_VARIABLES = ("KUBECACHEDIR", "SGLANG_CACHE_DIR", "MPLCONFIGDIR")
+_REDIRECTED = "KVANT_TEST_TOOL_CACHES"
 _CLUSTER_LINK = re.compile(r"^\d+: (kvant\d+n?)[@:]", re.MULTILINE)
 
 
@@ -36,3 +57,17 @@ def network_snapshot() -> set[str]:
 
 def new_since(before: set[str], after: set[str]) -> list[str]:
     return sorted(after - before)
+
+
+def redirect_tool_caches() -> None:
+    """Points every tool cache at one session folder (set where the caller left them unset)."""
+    root = Path(tempfile.mkdtemp(prefix="kvant-tool-caches-"))
+    os.environ[_REDIRECTED] = str(root)
+    for variable in TOOL_CACHE_VARIABLES:
+        os.environ.setdefault(variable, str(root / variable.lower()))
+
+
+def drop_tool_caches() -> None:
+    root = os.environ.pop(_REDIRECTED, None)
+    if root:
+        shutil.rmtree(root, ignore_errors=True)

@@ -85,7 +85,8 @@ class NodeAgent:
         )
 
     def _base_env(self, namespace: str) -> dict[str, str]:
-        """What every container starts with: the image's PATH and HOME, then the Service variables
+        """What every container starts with: the image's PATH and HOME (the pod runner puts HOME in the
+        pod's own folder), then the Service variables
         of its namespace and the apiserver's `kubernetes` Service (in-cluster clients read those)."""
         services = self.informers["Service"].in_namespace(namespace)
         kubernetes = self.informers["Service"].get("default", "kubernetes")

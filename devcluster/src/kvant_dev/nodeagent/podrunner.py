@@ -217,7 +217,11 @@ class PodRunner:
         return mounts
 
     def _base_env(self, image: LocalImage) -> dict[str, str]:
-        env = {**self.ctx.base_env(self.namespace), "HOSTNAME": self.sandbox.hostname}
+        # A container's HOME is in its own filesystem; here it is the pod's folder, so what a process
+        # keeps under ~ (SGLang's ~/.cache/sglang, kubectl's ~/.kube) never lands in the host's home.
+        home = self.dir / "home"
+        home.mkdir(parents=True, exist_ok=True)
+        env = {**self.ctx.base_env(self.namespace), "HOSTNAME": self.sandbox.hostname, "HOME": str(home)}
         if image.bin_dir is not None:  # an image with an environment of its own: its Python first
             env["PATH"] = f"{image.bin_dir}:{env['PATH']}"
         return env
