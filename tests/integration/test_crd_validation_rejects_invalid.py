@@ -126,6 +126,13 @@ CREATE_CASES = [
         "spec.serving.cpu.kvCacheMiB",
         False,
     ),
+    ("gptq-block-without-method", {"weights": {"gptq": {"samples": 8}}}, "spec.weights.gptq", True),
+    (
+        "gptq-dataset-outside-source",
+        {"weights": {"method": "gptq", "gptq": {"dataset": "../etc"}}},
+        "spec.weights.gptq.dataset",
+        True,
+    ),
     (
         "cpu-with-e5m2-cache",
         {

@@ -22,7 +22,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "charts" / "kvant" / "files" / "kvant-alerts.yaml"
-READMES = [ROOT / "README.md", ROOT / "docs" / "_README_draft.md"]
+README = ROOT / "README.md"
 
 
 def _build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
@@ -97,10 +97,8 @@ def test_the_strict_build_fails_on_a_broken_link_a_missing_page_and_a_missing_an
         assert broken in output, f"the build did not complain about {broken}:\n{output}"
 
 
-@pytest.mark.parametrize("readme", READMES, ids=lambda p: p.name)
-def test_the_readmes_relative_links_resolve_from_the_repository_root(readme: Path) -> None:
-    if not readme.exists():
-        pytest.skip(f"{readme.name} is not there (the draft is gone once it became the README)")
+def test_the_readmes_relative_links_resolve_from_the_repository_root() -> None:
+    readme = README
     text = re.sub(r"```.*?```", "", readme.read_text(), flags=re.DOTALL)
     targets = re.findall(r"\]\(([^)\s]+)\)", text)
     assert targets

@@ -57,3 +57,11 @@ def test_unset_fields_build_what_was_planned(tmp_path, arch, weights, targets, g
     done = kvant(*args)
     assert done.returncode == 0, done.stderr
     assert artifact_tensor_bytes(tmp_path / "out") == plan["checkpoint_bytes"]
+
+
+@pytest.mark.parametrize(("arch", "targets"), [("deepseek_v3", "experts"), ("llama", "all-linear")])
+def test_kvant_convert_defaults_targets_by_the_source_as_the_planner_does(tmp_path, arch, targets):
+    done = kvant("convert", tiny_checkpoint(arch, "bf16"), tmp_path / "out", "--group-size", "32")
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((tmp_path / "out" / "kvant-manifest.json").read_text())
+    assert manifest["recipe"]["targets"] == targets

@@ -22,6 +22,14 @@ INT4 = "int4"
 # for W4A16 MoE checkpoints, e.g. Kimi K2's and DeepSeek's INT4 releases).
 MOE_DEFAULT_TARGETS = "experts"
 DENSE_DEFAULT_TARGETS = "all-linear"
+GPTQ = "gptq"
+# GPTQ's calibration when spec.weights.gptq (or kvant convert's command line) leaves it out: the
+# sample count and length of the GPTQ paper's and llm-compressor's recipes, 1% dampening, and
+# activation ordering (columns by decreasing Hessian diagonal), which lowers the error most.
+GPTQ_SAMPLES = 128
+GPTQ_SEQUENCE_LENGTH = 2048
+GPTQ_DAMPENING = 0.01
+GPTQ_ACT_ORDER = True
 
 
 @dataclass(frozen=True)

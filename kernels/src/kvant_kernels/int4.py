@@ -16,6 +16,7 @@ One fused pass per row (load, absmax, divide, round, pack) instead of torch's ch
 temporaries: the converter is compute-bound here, and this module keeps torch (~0.7 GB of RSS on
 import) out of the converter process. Tensors are raw bit patterns (`uint16` for BF16/F16,
 `float32` for F32) named by their safetensors dtype, so no dtype needs numpy support.
+`pack_codes` packs codes that a caller chose itself (GPTQ) into the same layout, without the kernel.
 The kernel (`int4_kernel.py`) is compiled by numba on first use and cached on disk
 (`NUMBA_CACHE_DIR`); it is imported only when a weight is quantized, so reading INT4 artifacts
 (calibration, evaluation) needs no numba.
@@ -91,6 +92,21 @@ def quantize_pack(
         scale,
     )
     return packed.view(np.int32), _raw_scale(scale, scale_dtype)
+
+
+def pack_codes(codes: npt.NDArray[np.generic]) -> npt.NDArray[np.int32]:
+    """`weight_packed` for integer codes in [-8, 7] of shape `[out, in]` (in divisible by 8): the same
+    nibble layout `quantize_pack` writes, for quantizers that choose the codes themselves (GPTQ)."""
+    rows, cols = codes.shape
+    if cols % NIBBLES_PER_WORD != 0:
+        raise ValueError(f"input dimension {cols} is not divisible by {NIBBLES_PER_WORD}")
+    values = codes.astype(np.int64)
+    if values.size and (int(values.min()) < INT4_MIN or int(values.max()) > INT4_MAX):
+        raise ValueError(f"INT4 codes must lie in [{INT4_MIN}, {INT4_MAX}]")
+    nibbles = (values - INT4_MIN).astype(np.uint32).reshape(rows, -1, NIBBLES_PER_WORD)
+    shifts = np.arange(NIBBLES_PER_WORD, dtype=np.uint32) * np.uint32(4)
+    words: npt.NDArray[np.uint32] = np.bitwise_or.reduce(nibbles << shifts, axis=-1)
+    return words.view(np.int32)
 
 
 def _float32_bits(weight: npt.NDArray[np.generic], dtype: str) -> tuple[npt.NDArray[np.generic], int]:

@@ -45,6 +45,8 @@ def artifact_key(
     source enters by its resolved revision and content digest, so a branch that moves later makes
     a new key instead of silently changing an existing artifact."""
     weights = spec.weights.model_dump(mode="json", by_alias=True)
+    if weights.get("gptq") is None:  # a field newer than most keys: unset, it hashes as before
+        weights.pop("gptq", None)
     # The INT4 method and group size in effect. Targets enter as written: the source is in the key
     # too, and the effective targets follow from the two (kvant_contracts.weights_recipe). This is the
     # dict keys have always hashed, so an operator upgrade reconverts nothing.

@@ -23,6 +23,10 @@ from kvant_contracts.weights_recipe import (
     DEFAULT_GROUP_SIZE,
     DEFAULT_INT4_METHOD,
     DENSE_DEFAULT_TARGETS,
+    GPTQ_ACT_ORDER,
+    GPTQ_DAMPENING,
+    GPTQ_SAMPLES,
+    GPTQ_SEQUENCE_LENGTH,
     MOE_DEFAULT_TARGETS,
     WeightsRecipe,
     effective_weights,
@@ -58,7 +62,8 @@ class WeightFormat(StrEnum):
 
 
 class QuantMethod(StrEnum):
-    """How INT4 weights are rounded: rtn (round to nearest) or gptq (error-compensating, calibrated)."""
+    """How INT4 weights are rounded: rtn (round to nearest) or gptq (error-compensating, calibrated on
+    text: spec.weights.gptq)."""
 
     RTN = "rtn"
     GPTQ = "gptq"
@@ -212,6 +217,46 @@ class OutputSpec(ApiModel):
     path: str = Field(default="", max_length=512, description="Prefix inside the claim.")
 
 
+class GptqSpec(ApiModel):
+    """GPTQ's calibration (spec.weights.method: gptq): the text whose activations give each Linear's
+    Hessian, and the solver's settings. The conversion runs one decoder layer at a time and resumes at
+    the layer it reached."""
+
+    rules = (
+        Rule(
+            cel="self.dataset == 'builtin' || (!self.dataset.startsWith('/') && "
+            "!self.dataset.matches('(^|/)[.][.](/|$)'))",
+            message="spec.weights.gptq.dataset must be builtin or a relative path inside the source "
+            "(no leading '/', no '..')",
+            field_path=".dataset",
+            holds=lambda g: (
+                g.dataset == "builtin" or (not g.dataset.startswith("/") and ".." not in g.dataset.split("/"))
+            ),
+        ),
+    )
+
+    samples: int = Field(default=GPTQ_SAMPLES, ge=1, le=4096, description="Calibration sequences.")
+    sequence_length: int = Field(
+        default=GPTQ_SEQUENCE_LENGTH, ge=16, le=131072, description="Tokens per calibration sequence."
+    )
+    dampening: float = Field(
+        default=GPTQ_DAMPENING,
+        gt=0,
+        le=1,
+        description="Added to the Hessian's diagonal, as a fraction of its mean.",
+    )
+    act_order: bool = Field(
+        default=GPTQ_ACT_ORDER,
+        description="Quantize columns by decreasing activation energy (groups keep their columns).",
+    )
+    dataset: str = Field(
+        default="builtin",
+        max_length=256,
+        description="\"builtin\" (Kvant's prose, then the Python standard library's docstrings, to the "
+        "tokens asked for) or a path inside the source (a UTF-8 file or a folder of *.txt).",
+    )
+
+
 class WeightsSpec(ApiModel):
     """How the weights are served and, when they are converted, how."""
 
@@ -222,6 +267,13 @@ class WeightsSpec(ApiModel):
             "spec.weights.format: int4",
             field_path=".method",
             holds=lambda w: w.format is WeightFormat.INT4 or w.method is None,
+        ),
+        Rule(
+            cel="!has(self.gptq) || (has(self.method) && self.method == 'gptq')",
+            message="spec.weights.gptq applies only to spec.weights.method: gptq; remove it, or set the "
+            "method",
+            field_path=".gptq",
+            holds=lambda w: w.gptq is None or w.method is QuantMethod.GPTQ,
         ),
         Rule(
             cel="self.format == 'int4' || !has(self.groupSize)",
@@ -244,6 +296,9 @@ class WeightsSpec(ApiModel):
         description=f"Layers to quantize. Unset: {MOE_DEFAULT_TARGETS} for MoE models, "
         f"{DENSE_DEFAULT_TARGETS} for dense models (status.plan.weights shows which). "
         "Embeddings, lm_head, norms and router gates always stay in higher precision.",
+    )
+    gptq: GptqSpec | None = Field(
+        default=None, description="GPTQ's calibration (method gptq only). Unset: the defaults shown."
     )
     ignore: list[ModuleName] = Field(
         default_factory=list,
@@ -287,13 +342,18 @@ class CalibrationSpec(ApiModel):
         default=512,
         ge=1,
         le=4096,
-        description="Calibration sequences (default: llm-compressor's KV-cache recipe, 512 x 2,048)",
+        description="Calibration sequences, at most (the default is llm-compressor's KV-cache recipe). "
+        "The builtin text is a few KB of prose, about one 2,048-token sequence: enough for an absmax, "
+        "while a dataset gives as many as asked.",
     )
     sequence_length: int = Field(
         default=2048, ge=16, le=131072, description="Tokens per calibration sequence."
     )
     dataset: str = Field(
-        default="builtin", max_length=256, description='"builtin" (bundled text) or a path inside the source.'
+        default="builtin",
+        max_length=256,
+        description='"builtin" (bundled prose) or a path inside the source (a UTF-8 file or a folder '
+        "of *.txt).",
     )
 
 
@@ -327,7 +387,7 @@ class KvCacheSpec(ApiModel):
     )
     calibration: CalibrationSpec | None = Field(
         default=None,
-        description="Calibration settings. Default for calibrated scales: 128 x 2048 tokens, builtin.",
+        description="Calibration settings. Unset for calibrated scales: the defaults below.",
     )
 
     @model_validator(mode="after")

@@ -114,7 +114,9 @@ class Attempts:
         self.plan = p.plan  # the plan the conversion builds
         self.label = weight_format(p.spec.weights.format.value).label
         self.workers = (
-            jobs.conversion_workers(p.body, p.plan.source_bytes, settings) if needs_conversion(p.spec) else 1
+            jobs.conversion_workers(p.body, p.spec, p.plan.source_bytes, settings)
+            if needs_conversion(p.spec)
+            else 1
         )
 
     def drive(self) -> Obj:

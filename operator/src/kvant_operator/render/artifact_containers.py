@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvant_contracts.weights_recipe import WeightsRecipe
-from kvant_operator.api.spec import QuantizedModelSpec
+from kvant_contracts.weights_recipe import GPTQ, WeightsRecipe
+from kvant_operator.api.spec import GptqSpec, QuantizedModelSpec
 from kvant_operator.api.status import CalibrationPlan, PlanStatus
 from kvant_operator.render.meta import Obj
 from kvant_operator.settings import OperatorSettings
@@ -35,7 +35,7 @@ def convert_container(
     """`mode`: nothing (one pod), the worker flags (one pod of an Indexed Job), or --finalize. Every
     value of `recipe` goes on the command line, so no default of `kvant convert`'s is ever relied on."""
     weights = spec.weights
-    assert recipe.targets is not None and recipe.group_size is not None  # converted INT4
+    assert recipe.targets is not None and recipe.group_size is not None and recipe.method is not None
     args = [
         "convert",
         source,
@@ -46,6 +46,9 @@ def convert_container(
         str(recipe.group_size),
         "--targets",
         recipe.targets,
+        "--method",
+        recipe.method,
+        *(gptq_args(weights.gptq or GptqSpec(), source) if recipe.method == GPTQ else []),
         "--progress-json",
         "-",
         *mode,
@@ -62,6 +65,22 @@ def convert_container(
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
     }
+
+
+def gptq_args(gptq: GptqSpec, source: str) -> list[str]:
+    """GPTQ's settings, each explicit; a dataset is a path inside the source."""
+    args = [
+        "--samples",
+        str(gptq.samples),
+        "--sequence-length",
+        str(gptq.sequence_length),
+        "--damp",
+        str(gptq.dampening),
+        "--act-order" if gptq.act_order else "--no-act-order",
+    ]
+    if gptq.dataset != "builtin":
+        args += ["--data", f"{source}/{gptq.dataset}"]
+    return args
 
 
 def calibrate_container(

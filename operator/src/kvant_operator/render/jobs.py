@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvant_contracts.weights_recipe import int4_scheme
-from kvant_operator.api.spec import QuantizedModelSpec
+from kvant_operator.api.spec import QuantizedModelSpec, QuantMethod
 from kvant_operator.api.status import PlanStatus, SourceStatus
 from kvant_operator.artifact_recipe import (
     artifact_location,
@@ -134,8 +134,14 @@ def shards_job_name(key: str, attempt: int) -> str:
     return f"kvant-artifact-{key}-{attempt}-shards"
 
 
-def conversion_workers(body: Obj, source_bytes: int, settings: OperatorSettings) -> int:
-    """One worker per `conversion_bytes_per_worker` of source, unless the model's annotation says."""
+def conversion_workers(
+    body: Obj, spec: QuantizedModelSpec, source_bytes: int, settings: OperatorSettings
+) -> int:
+    """One worker per `conversion_bytes_per_worker` of source, unless the model's annotation says;
+    one for GPTQ, which goes through the decoder layers in order (each layer's inputs are the
+    previous quantized layer's outputs)."""
+    if spec.weights.method is QuantMethod.GPTQ:
+        return 1
     override = (body["metadata"].get("annotations") or {}).get(WORKERS_ANNOTATION)
     per_worker = settings.conversion_bytes_per_worker
     wanted = int(override) if override and override.isdigit() else -(-source_bytes // per_worker)

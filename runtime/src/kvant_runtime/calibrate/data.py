@@ -21,8 +21,11 @@ from pathlib import Path
 import torch
 
 from kvant_runtime.calibrate.input_errors import ModelInputError
+from kvant_runtime.calibrate.stdlib_corpus import stdlib_docstrings
 
 BYTE_VOCABULARY = 256
+# Characters per token of English prose in a large vocabulary: enough text for the windows asked for.
+_CHARS_PER_TOKEN = 4
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
 _DOCUMENT_SEPARATOR = "\n\n"
 
@@ -67,13 +70,21 @@ def token_windows(
     *,
     samples: int,
     sequence_length: int,
+    grow_builtin: bool = False,
 ) -> TokenWindows:
+    """`grow_builtin`: extend the built-in prose with the standard library's docstrings
+    (`stdlib_corpus`) to about `samples` x `sequence_length` tokens, for GPTQ's Hessians; KV-scale
+    calibration keeps the shipped prose alone (an absmax settles on little text)."""
     if samples < 1 or sequence_length < 2:
         raise ModelInputError(
             f"--samples {samples} --sequence-length {sequence_length}: need at least 1 sample of 2 tokens"
         )
     text = user_text(data) if data is not None else builtin_text(builtin_package)
     source = str(data) if data is not None else f"builtin:{builtin_package.rsplit('.', 1)[-1]}"
+    wanted_chars = samples * sequence_length * _CHARS_PER_TOKEN
+    if data is None and grow_builtin and len(text) < wanted_chars:
+        text += _DOCUMENT_SEPARATOR + stdlib_docstrings(wanted_chars - len(text))
+        source += "+stdlib-docstrings"
     ids, tokenizer = _tokenize(model_dir, text, vocab_size)
     if len(ids) < 2:
         raise ModelInputError(f"{source}: the text gives {len(ids)} tokens; at least 2 are needed")

@@ -3,6 +3,10 @@
 `workers == 1` converts every shard and publishes. With `workers = N > 1`, worker `I` converts the
 shards at positions i ≡ I (mod N) of the sorted shard list into the shared staging prefix and stops;
 a separate `finalize` checks every shard is done and publishes.
+
+`--method gptq` first rounds every targeted weight with GPTQ, one decoder layer after the other
+(`kvant_runtime.gptq`), staged under the same staging prefix; the shard conversion then writes those
+rounded tensors instead of RTN's. GPTQ is sequential over layers, so it runs in one worker only.
 """
 
 from __future__ import annotations
@@ -20,11 +24,12 @@ from kvant_runtime.convert import artifact_files as artifact
 from kvant_runtime.convert.contained_paths import check_disjoint
 from kvant_runtime.convert.convert_errors import ConvertError
 from kvant_runtime.convert.progress import Progress
-from kvant_runtime.convert.recipe import Recipe
+from kvant_runtime.convert.recipe import Recipe, same_recipe
 from kvant_runtime.convert.safetensors_io import ShardReader
-from kvant_runtime.convert.shard import convert_shard, plan_shard, unquantized_linear_modules
+from kvant_runtime.convert.shard import Action, convert_shard, plan_shard, unquantized_linear_modules
 from kvant_runtime.convert.source import INDEX_FILE, SourceCheckpoint, open_source
 from kvant_runtime.convert.staging import Staging
+from kvant_runtime.gptq.prerounded import GPTQ_DIR, PreRounded
 
 # A shard's writer hashes and writes its file on one thread (sha256 runs at ~1 GB/s), which starves a
 # many-core pool when shards go one at a time; so one shard runs per this many threads, sharing them.
@@ -42,8 +47,15 @@ class Job:
     finalize: bool = False
     threads: int = 0  # 0: one per CPU core
     allowed_roots: tuple[Path, ...] = ()  # where links out of the source may lead (--allow-symlinks-into)
+    # Tests only: GPTQ stops after this many decoder layers, as if killed there (a rerun resumes).
+    stop_after_layers: int | None = None
 
     def __post_init__(self) -> None:
+        if self.recipe.method == "gptq" and self.workers > 1:
+            raise ConvertError(
+                f"--method gptq runs in one worker (each decoder layer's calibration inputs come from the "
+                f"rounded layer before it); drop --workers {self.workers} --worker-index {self.worker_index}"
+            )
         if self.workers < 1 or not 0 <= self.worker_index < self.workers:
             raise ConvertError(
                 f"--worker-index {self.worker_index} --workers {self.workers}: need workers >= 1 "
@@ -65,7 +77,18 @@ def run(job: Job, progress: Progress) -> dict[str, Any] | None:
         staging.check_identity(identity)
     else:
         staging.claim(identity)
-        _convert_my_shards(job, source, staging, progress)
+        prerounded = None
+        if (
+            job.recipe.method == "gptq"
+            and (prerounded := _round_with_gptq(job, source, staging, progress)) is None
+        ):
+            progress.note(f"stopped after {job.stop_after_layers} GPTQ layers; rerun to resume")
+            return None
+        try:
+            _convert_my_shards(job, source, staging, progress, prerounded)
+        finally:
+            if prerounded is not None:
+                prerounded.close()
         if job.workers > 1:
             progress.done(f"worker {job.worker_index}/{job.workers} finished its shards in {staging.dir}")
             return None
@@ -90,7 +113,7 @@ def _identity(job: Job) -> dict[str, Any]:
 def _already_published(
     job: Job, published: dict[str, Any], identity: dict[str, Any], progress: Progress
 ) -> dict[str, Any]:
-    if published["recipe"] != identity["recipe"] or published["source"]["revision"] != job.revision:
+    if not same_recipe(published["recipe"], job.recipe) or published["source"]["revision"] != job.revision:
         raise ConvertError(
             f"{job.output_dir} already holds a published artifact made with recipe {published['recipe']} "
             f"from revision {published['source']['revision']!r}; choose another output directory"
@@ -101,7 +124,42 @@ def _already_published(
     return published
 
 
-def _convert_my_shards(job: Job, source: SourceCheckpoint, staging: Staging, progress: Progress) -> None:
+def _round_with_gptq(
+    job: Job, source: SourceCheckpoint, staging: Staging, progress: Progress
+) -> PreRounded | None:
+    """Runs (or resumes) GPTQ into the staging prefix; None when it stopped early (tests)."""
+    from kvant_runtime.gptq.model_pass import quantize_layers  # noqa: PLC0415 - torch only for GPTQ
+
+    # The shard plan first: it refuses what the converter cannot quantize before GPTQ spends any time.
+    quantized: dict[str, str] = {}
+    for shard in source.shards:
+        reader = ShardReader(source.shard_path(shard))
+        reader.close()
+        for planned in plan_shard(source, shard, reader, job.recipe):
+            if planned.action is Action.QUANTIZE:
+                quantized[planned.source.name] = planned.source.dtype
+    directory = staging.dir / GPTQ_DIR
+    if not quantize_layers(
+        job.source_dir,
+        job.recipe,
+        quantized,
+        directory,
+        progress=progress,
+        stop_after_layers=job.stop_after_layers,
+    ):
+        return None
+    prerounded = PreRounded(directory)
+    if outside := sorted(name for name in quantized if prerounded.get(name) is None):
+        progress.note(
+            f"{len(outside)} target weights lie outside the decoder layers GPTQ runs through "
+            f"(e.g. {outside[0]}); they are rounded with RTN"
+        )
+    return prerounded
+
+
+def _convert_my_shards(
+    job: Job, source: SourceCheckpoint, staging: Staging, progress: Progress, prerounded: PreRounded | None
+) -> None:
     mine = [shard for i, shard in enumerate(source.shards) if i % job.workers == job.worker_index]
     done = [shard for shard in mine if staging.marker(shard) is not None]
     progress.start(
@@ -121,6 +179,7 @@ def _convert_my_shards(job: Job, source: SourceCheckpoint, staging: Staging, pro
             staging=staging,
             progress=progress,
             threads=threads // parallel,
+            prerounded=prerounded,
         )
         futures = [pool.submit(convert, shard) for shard in todo]
         for future in as_completed(futures):
@@ -132,7 +191,14 @@ def _convert_my_shards(job: Job, source: SourceCheckpoint, staging: Staging, pro
 
 
 def _convert_one(
-    shard: str, *, job: Job, source: SourceCheckpoint, staging: Staging, progress: Progress, threads: int
+    shard: str,
+    *,
+    job: Job,
+    source: SourceCheckpoint,
+    staging: Staging,
+    progress: Progress,
+    threads: int,
+    prerounded: PreRounded | None,
 ) -> None:
     counted = [0]
 
@@ -147,6 +213,7 @@ def _convert_one(
         destination=staging.partial_path(shard),
         threads=threads,
         on_bytes=advance,
+        prerounded=prerounded,
     )
     progress.advance(source.shard_bytes(shard) - counted[0])  # the header and consumed FP8 scales
     staging.finish_shard(

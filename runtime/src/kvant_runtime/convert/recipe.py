@@ -1,4 +1,9 @@
-"""The conversion recipe (format, group size, targets, ignore), checked as `kvant convert` takes it.
+"""The conversion recipe (format, group size, targets, ignore, rounding method), checked as `kvant
+convert` takes it.
+
+`method` says how INT4 codes are chosen: `rtn` (round to nearest, the default) or `gptq` (calibrated,
+error-compensating; its settings ride along in `gptq`). The recipe JSON always names the method, so a
+manifest says how its artifact was made; a published recipe without one (older artifacts) means rtn.
 
 Which tensors it quantizes, and what it writes for each, is the shared rule in
 `kvant_contracts.int4_artifact` (the planner sizes the artifact from the same rule).
@@ -12,20 +17,36 @@ from typing import Any
 
 from kvant_contracts.int4_artifact import TARGETS, TargetRule
 from kvant_contracts.weight_formats import converted_formats
+from kvant_contracts.weights_recipe import (
+    DEFAULT_GROUP_SIZE,
+    DEFAULT_INT4_METHOD,
+    DENSE_DEFAULT_TARGETS,
+    GPTQ,
+)
 from kvant_kernels.int4 import GROUP_SIZES
 from kvant_runtime.convert.convert_errors import ConvertError
+from kvant_runtime.gptq.gptq_settings import GptqSettings
 
 FORMATS = converted_formats()
+METHODS = (DEFAULT_INT4_METHOD, GPTQ)
 
 
 @dataclass(frozen=True)
 class Recipe:
     format: str = "int4"
-    group_size: int = 128
-    targets: str = "all-linear"
+    group_size: int = DEFAULT_GROUP_SIZE
+    targets: str = DENSE_DEFAULT_TARGETS  # kvant convert resolves an unset --targets by the source
     ignore: tuple[str, ...] = field(default_factory=tuple)
+    method: str = DEFAULT_INT4_METHOD
+    gptq: GptqSettings | None = None  # set for method gptq (defaults when not given), None for rtn
 
     def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ConvertError(f"--method {self.method!r} is not supported; valid: {', '.join(METHODS)}")
+        if self.method == "rtn" and self.gptq is not None:
+            raise ConvertError("GPTQ settings (--samples, --damp, ...) apply only to --method gptq")
+        if self.method == "gptq" and self.gptq is None:
+            object.__setattr__(self, "gptq", GptqSettings())
         if self.format not in FORMATS:
             raise ConvertError(f"--format {self.format!r} is not supported; valid: {', '.join(FORMATS)}")
         if self.group_size not in GROUP_SIZES:
@@ -48,4 +69,12 @@ class Recipe:
         return TargetRule(self.targets, self.ignore)
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "ignore": list(self.ignore)}
+        data = {**asdict(self), "ignore": list(self.ignore)}
+        if self.gptq is None:
+            del data["gptq"]
+        return data
+
+
+def same_recipe(published: dict[str, Any], recipe: Recipe) -> bool:
+    """Whether a published manifest's recipe is `recipe`; one written before methods existed is rtn."""
+    return {"method": "rtn", **published} == recipe.to_json()

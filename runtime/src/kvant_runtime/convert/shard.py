@@ -1,5 +1,8 @@
 """Converts one source shard into one output shard: plan from the header, then read → quantize → write.
 
+A GPTQ conversion hands in the weights it already rounded (`prerounded`): those are written as staged,
+and only weights it has no rounding for are quantized here, with RTN.
+
 The plan (every output tensor's name, dtype and shape) comes from the source header alone, so the
 output header is written first and tensors stream through. Reading and quantizing run on a thread
 pool; the writer takes results in plan order from a bounded window of futures, which bounds memory
@@ -35,6 +38,7 @@ from kvant_runtime.convert.convert_errors import ConvertError
 from kvant_runtime.convert.recipe import Recipe
 from kvant_runtime.convert.safetensors_io import ShardReader, ShardWriter, TensorInfo, planned
 from kvant_runtime.convert.source import DENSE_DTYPES, SourceCheckpoint
+from kvant_runtime.gptq.prerounded import PreRounded
 
 # Raw arrays on their way to the writer, by output tensor name; memoryviews are copied tensors' bytes.
 Results = list[tuple[str, npt.NDArray[np.generic] | memoryview]]
@@ -151,10 +155,14 @@ class _Readers:
             reader.close()
 
 
-def _run_job(job: TensorJob, readers: _Readers, group_size: int) -> Results:
+def _run_job(job: TensorJob, readers: _Readers, group_size: int, prerounded: PreRounded | None) -> Results:
     reader = readers.for_tensor(job.source.name)
     if job.action is Action.COPY:
         return [(job.source.name, reader.read_bytes(job.source.name))]
+    quantize = job.action is Action.QUANTIZE
+    staged = prerounded.get(job.source.name) if prerounded is not None and quantize else None
+    if staged is not None:
+        return _quantized_results(job, *staged)
     weight, dtype = reader.read(job.source.name), job.source.dtype
     try:
         if job.scale_inv is not None:
@@ -164,6 +172,12 @@ def _run_job(job: TensorJob, readers: _Readers, group_size: int) -> Results:
         packed, scale = quantize_pack(weight, dtype, group_size, job.outputs[1].dtype)
     except ValueError as err:
         raise ConvertError(f"{reader.path}: tensor {job.source.name!r}: {err}") from err
+    return _quantized_results(job, packed, scale)
+
+
+def _quantized_results(
+    job: TensorJob, packed: npt.NDArray[np.generic], scale: npt.NDArray[np.generic]
+) -> Results:
     return [
         (job.outputs[0].name, packed),
         (job.outputs[1].name, scale),
@@ -197,6 +211,7 @@ def convert_shard(
     destination: Path,
     threads: int,
     on_bytes: Callable[[int], None],
+    prerounded: PreRounded | None = None,
 ) -> ShardResult:
     """Writes the converted shard to `destination` (a temporary name the caller renames when done)."""
     readers = _Readers(source)
@@ -206,7 +221,7 @@ def convert_shard(
         writer = ShardWriter(destination, outputs)
         try:
             for job, results in _ordered(
-                jobs, lambda job: _run_job(job, readers, recipe.group_size), threads
+                jobs, lambda job: _run_job(job, readers, recipe.group_size, prerounded), threads
             ):
                 for name, data in results:
                     if isinstance(data, memoryview):

@@ -70,6 +70,8 @@ class Staging:
                 f"{self.output}: nothing has been converted here yet (no {STAGING_DIR}/{RECIPE_FILE})"
             )
         existing = json.loads(recipe_path.read_text())
+        if isinstance(existing.get("recipe"), dict):  # staged before recipes named a method: rtn
+            existing["recipe"] = {"method": "rtn", **existing["recipe"]}
         if existing != identity:
             raise ConvertError(
                 f"{self.dir} holds a partial conversion made with {json.dumps(existing, sort_keys=True)}, "
