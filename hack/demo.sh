@@ -98,7 +98,10 @@ kubectl get qm -n demo
 kubectl get pods,services -n demo -o wide
 echo; echo "== a request through the model's Service (ClusterIP; kube-proxy picks a replica's gate)"
 SERVICE_IP=$(kubectl get service "$MODEL" -n demo -o jsonpath='{.spec.clusterIP}')
-curl -s --max-time 60 "http://$SERVICE_IP/generate" -d '{"text":"hello","sampling_params":{"max_new_tokens":8}}'
+# SGLang reads a JSON body only under its content type (curl -d alone says form data: a 400); a failed
+# request fails the demo.
+curl -s --fail-with-body --max-time 60 "http://$SERVICE_IP/generate" -H 'Content-Type: application/json' \
+  -d '{"text":"hello","sampling_params":{"max_new_tokens":8}}'
 echo
 cat <<MSG
 
@@ -108,7 +111,7 @@ The local cluster stays up. Try:
   kubectl patch qm $MODEL -n demo --type=merge -p '{"spec":{"limits":{"maxConcurrency":4}}}'
   kubectl apply -n demo -f examples/tiny-from-s3.yaml      # fetched from the local S3, then the same path
   kubectl get qm tiny-from-s3 -n demo -o jsonpath='{.status.source}'
-  SERVICE_IP=\$(kubectl get service tiny -n demo -o jsonpath='{.spec.clusterIP}')
-  curl -s http://\$SERVICE_IP/generate -d '{"text":"hello","sampling_params":{"max_new_tokens":8}}'
+  SERVICE_IP=\$(kubectl get service $MODEL -n demo -o jsonpath='{.spec.clusterIP}')
+  curl -s http://\$SERVICE_IP/generate -H 'Content-Type: application/json' -d '{"text":"hello","sampling_params":{"max_new_tokens":8}}'
 Stop it with: make demo-down
 MSG
