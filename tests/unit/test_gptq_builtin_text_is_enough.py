@@ -12,12 +12,15 @@ CALIBRATION_DATA = "kvant_runtime.calibrate"
 
 def test_grown_text_fills_the_windows_asked_for_and_is_deterministic():
     model = tiny_checkpoint("llama")  # no tokenizer files: one token per byte
-    asked = {"samples": 16, "sequence_length": 1024}
-    prose = token_windows(model, 256, None, CALIBRATION_DATA, **asked)
-    grown = token_windows(model, 256, None, CALIBRATION_DATA, **asked, grow_builtin=True)
+    prose = token_windows(model, 256, None, CALIBRATION_DATA, samples=16, sequence_length=1024)
+    grown = token_windows(
+        model, 256, None, CALIBRATION_DATA, samples=16, sequence_length=1024, grow_builtin=True
+    )
     assert prose.tokens < 16 * 1024  # the shipped prose alone is a few KB
     assert grown.tokens == 16 * 1024 and grown.source.endswith("+stdlib-docstrings")
-    again = token_windows(model, 256, None, CALIBRATION_DATA, **asked, grow_builtin=True)
+    again = token_windows(
+        model, 256, None, CALIBRATION_DATA, samples=16, sequence_length=1024, grow_builtin=True
+    )
     assert all(a.equal(b) for a, b in zip(grown.samples, again.samples, strict=True))
     assert grown.samples[0][:64].equal(prose.samples[0][:64])  # the prose comes first
 
