@@ -71,7 +71,7 @@ def evaluate(
         f"from {windows.source}; candidate KV cache {options.kv_dtype}"
         + (f" ({scales_kind} scales)" if scales_kind else "")
     )
-    agreement = _run_lockstep(reference, candidate, windows.samples, tap, device=device, say=say)
+    agreement = run_lockstep(reference, candidate, windows.samples, tap, device=device, say=say)
     metrics = agreement.summary()
     failure = gate_failure(metrics, options.max_kl_divergence)
     verdict = EvalVerdict(metrics["meanKLDivergence"], metrics["top1Agreement"], failure is None, failure)
@@ -152,7 +152,7 @@ def _scales(checkpoint: Checkpoint, names: tuple[str, str]) -> tuple[float, floa
     return values[0], values[1]
 
 
-def _run_lockstep(
+def run_lockstep(
     reference: Path,
     candidate: Path,
     samples: list[torch.Tensor],
@@ -161,6 +161,8 @@ def _run_lockstep(
     device: torch.device,
     say: Callable[[str], None],
 ) -> Agreement:
+    """Reference and candidate layer by layer in lockstep, the candidate's K/V through `tap`; the
+    agreement of their next-token distributions on `samples`."""
     ref, cand = LayerStream(reference, device), LayerStream(candidate, device)
     try:
         if len(ref.layers) != len(cand.layers) or ref.config.vocab_size != cand.config.vocab_size:
