@@ -10,7 +10,7 @@ import pytest
 
 from kvant_dev.cluster import KubectlError
 from kvant_operator.api.status import SourceStatus
-from kvant_operator.artifact_recipe import artifact_key, artifact_location
+from kvant_operator.artifact_recipe import artifact_key, artifact_location, needs_conversion
 from kvant_operator.render import jobs
 from kvant_operator.render.fetch_job import fetch_job, fetch_key
 from kvant_operator.render.gate_access import gate_identity
@@ -70,10 +70,11 @@ def _workloads(example: str, **overrides: Any) -> list[dict[str, Any]]:
     key = artifact_key(spec, SETTINGS)
     found = [
         jobs.plan_job(model, spec, SETTINGS),
-        jobs.shards_job([model], spec, SETTINGS, key, workers=2, attempt=1, plan=plan()),
         jobs.artifact_job([model], spec, SETTINGS, key, attempt=1, workers=2, plan=plan()),
         jobs.eval_job(model, spec, SETTINGS, key),
     ]
+    if needs_conversion(spec):  # the only case the operator renders a shards Job in
+        found.append(jobs.shards_job([model], spec, SETTINGS, key, workers=2, attempt=1, plan=plan()))
     inputs = ServingInputs(model, spec, plan(), artifact_location(spec, SETTINGS, key), "sha256:a", SETTINGS)
     return found + [deployment(inputs, role) for role in roles(spec)]
 

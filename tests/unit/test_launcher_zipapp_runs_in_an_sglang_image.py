@@ -8,6 +8,7 @@ through .pth files, are not importable: only the zipapp can supply them.
 from __future__ import annotations
 
 import json
+import os
 import site
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import pytest
 from kvant_contracts.job_lines import EngineCheck
 from kvant_runtime.launch.sglang_support import unsupported
 from kvant_runtime.launch.zipapp import MODULES, build_launcher
+from tests.host_leftovers import TOOL_CACHE_VARIABLES
 
 SPEC = {
     "modelPath": "",
@@ -43,10 +45,13 @@ def checkpoint(tmp_path: Path) -> Path:
 
 def in_image(*argv: str, sglang: bool = True) -> subprocess.CompletedProcess[str]:
     """`python3 ...` as the engine container runs it: site-packages as a plain folder, or nothing."""
+    # An image's HOME is its own; here SGLang's cache (~/.cache/sglang by default, made on import)
+    # goes where the suite keeps tool caches (tests/host_leftovers.py), not in the host's home.
+    caches = {name: os.environ[name] for name in TOOL_CACHE_VARIABLES if name in os.environ}
     env = (
-        {"PATH": "/usr/bin:/bin", "PYTHONPATH": site.getsitepackages()[0]}
+        {"PATH": "/usr/bin:/bin", "PYTHONPATH": site.getsitepackages()[0], **caches}
         if sglang
-        else {"PATH": "/usr/bin:/bin"}
+        else {"PATH": "/usr/bin:/bin", **caches}
     )
     flags = ["-S"] if sglang else ["-S", "-I"]
     return subprocess.run(
