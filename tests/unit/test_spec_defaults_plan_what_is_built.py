@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
+from kvant_operator.render.artifact_containers import conversion_recipe
 from kvant_operator.render.offline import render_offline
 from tests.tiny_checkpoints import tiny_checkpoint
 from tests.unit.convert_harness import kvant
-from tests.unit.render_inputs import body
+from tests.unit.render_inputs import body, plan, spec_of
 from tests.unit.test_plan_bytes_equal_artifact_bytes import artifact_tensor_bytes
 
 CASES = [
@@ -65,3 +66,14 @@ def test_kvant_convert_defaults_targets_by_the_source_as_the_planner_does(tmp_pa
     assert done.returncode == 0, done.stderr
     manifest = json.loads((tmp_path / "out" / "kvant-manifest.json").read_text())
     assert manifest["recipe"]["targets"] == targets
+
+
+@pytest.mark.parametrize(
+    ("parameters", "active", "targets"), [(1000, 100, "experts"), (1000, 1000, "all-linear")]
+)
+def test_a_plan_from_an_older_operator_still_renders_the_planned_targets(parameters, active, targets):
+    # An upgrade keeps status.plan (no plan Job, no phase change); one made before status.plan.weights
+    # tells an MoE model by its active parameters, as the planner counted them.
+    old = plan().model_copy(update={"weights": None, "parameters": parameters, "active_parameters": active})
+    spec = spec_of(body(weights={"format": "int4"}))
+    assert conversion_recipe(spec, old).targets == targets

@@ -20,8 +20,7 @@ from kvant_operator.settings import OperatorSettings
 
 def ensure_plan(p: Pass, kube: KubeDoor, settings: OperatorSettings) -> None:
     inputs = digest(jobs.plan_inputs(p.spec))
-    # A plan from before status.plan.weights existed is made again: the conversion is rendered from it.
-    if p.plan is None or p.plan.inputs != inputs or p.plan.weights is None:
+    if p.plan is None or p.plan.inputs != inputs:
         p.plan = _run_plan(p, kube, settings, inputs)
         p.events.append(("Normal", "Planned", plan_summary(p.plan)))
     p.plan = with_calibration(p.plan, p.spec)

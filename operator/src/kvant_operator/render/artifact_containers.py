@@ -16,7 +16,9 @@ def conversion_recipe(spec: QuantizedModelSpec, plan: PlanStatus) -> WeightsReci
     """What the conversion builds: the spec's recipe, with the default that depends on the source
     (targets: experts for MoE) taken from the plan that sized it."""
     if plan.weights is None:
-        raise ValueError("the plan has no weights block: re-plan before rendering the conversion")
+        # A plan an older operator made (an upgrade keeps plans, to start no Job and change no
+        # phase): an MoE model is the one whose token passes through fewer parameters than it has.
+        return spec.weights.recipe(converts=True, moe=0 < plan.active_parameters < plan.parameters)
     recipe = spec.weights.recipe(converts=True, moe=plan.weights.moe)
     if plan.weights.targets is not None:  # what the plan sized is what gets built
         recipe = replace(recipe, targets=plan.weights.targets.value)
