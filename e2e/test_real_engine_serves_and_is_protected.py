@@ -189,6 +189,9 @@ def test_protection_holds_on_the_real_engine(cluster, operator, namespace, chat_
         patch_spec(cluster, namespace, name, {"protection": {"mode": "enforce"}})
         in_enforce = lambda: metric_value(pod_metrics(pod), "kvant_gate_mode", 'mode="enforce"') == 1 or None  # noqa: E731
         wait_for(in_enforce, 60, "the gate to follow the edit to enforce")
+        # A request the load generator gave up on still runs in the engine, and can still be retracted:
+        # the unprotected phase's work must be done before this phase's retractions are counted.
+        wait_for(_engine_idle(pod), 300, "the engine to finish the unprotected phase's requests")
         before = engine_retractions(metrics_url(pod))
         enforced = generate_load(url, OVERLOAD)
         enforce_retractions = engine_retractions(metrics_url(pod)) - before
@@ -215,6 +218,15 @@ def test_protection_holds_on_the_real_engine(cluster, operator, namespace, chat_
             wait_for(_answers(prometheus, expr), 120, what)
     finally:
         prometheus.stop()
+
+
+def _engine_idle(pod: client.V1Pod) -> Callable[[], bool | None]:
+    def idle() -> bool | None:
+        text = pod_metrics(pod)
+        busy = metric_sum(text, "sglang:num_running_reqs") + metric_sum(text, "sglang:num_queue_reqs")
+        return busy == 0 or None
+
+    return idle
 
 
 def _answers(prometheus: Prometheus, expr: str) -> Callable[[], list[dict[str, Any]] | None]:
