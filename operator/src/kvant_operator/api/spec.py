@@ -217,23 +217,25 @@ class OutputSpec(ApiModel):
     path: str = Field(default="", max_length=512, description="Prefix inside the claim.")
 
 
+def _dataset_rule(field: str) -> Rule:
+    """A calibration text: builtin, or a relative path that stays inside the source."""
+    return Rule(
+        cel="self.dataset == 'builtin' || (!self.dataset.startsWith('/') && "
+        "!self.dataset.matches('(^|/)[.][.](/|$)'))",
+        message=f"{field} must be builtin or a relative path inside the source (no leading '/', no '..')",
+        field_path=".dataset",
+        holds=lambda m: (
+            m.dataset == "builtin" or (not m.dataset.startswith("/") and ".." not in m.dataset.split("/"))
+        ),
+    )
+
+
 class GptqSpec(ApiModel):
     """GPTQ's calibration (spec.weights.method: gptq): the text whose activations give each Linear's
     Hessian, and the solver's settings. The conversion runs one decoder layer at a time and resumes at
     the layer it reached."""
 
-    rules = (
-        Rule(
-            cel="self.dataset == 'builtin' || (!self.dataset.startsWith('/') && "
-            "!self.dataset.matches('(^|/)[.][.](/|$)'))",
-            message="spec.weights.gptq.dataset must be builtin or a relative path inside the source "
-            "(no leading '/', no '..')",
-            field_path=".dataset",
-            holds=lambda g: (
-                g.dataset == "builtin" or (not g.dataset.startswith("/") and ".." not in g.dataset.split("/"))
-            ),
-        ),
-    )
+    rules = (_dataset_rule("spec.weights.gptq.dataset"),)
 
     samples: int = Field(default=GPTQ_SAMPLES, ge=1, le=4096, description="Calibration sequences.")
     sequence_length: int = Field(
@@ -325,18 +327,7 @@ class WeightsSpec(ApiModel):
 class CalibrationSpec(ApiModel):
     """The calibration run that measures per-layer FP8 KV scales."""
 
-    rules = (
-        Rule(
-            cel="self.dataset == 'builtin' || (!self.dataset.startsWith('/') && "
-            "!self.dataset.matches('(^|/)[.][.](/|$)'))",
-            message="spec.kvCache.calibration.dataset must be builtin or a relative path inside the source "
-            "(no leading '/', no '..')",
-            field_path=".dataset",
-            holds=lambda c: (
-                c.dataset == "builtin" or (not c.dataset.startswith("/") and ".." not in c.dataset.split("/"))
-            ),
-        ),
-    )
+    rules = (_dataset_rule("spec.kvCache.calibration.dataset"),)
 
     samples: int = Field(
         default=512,
