@@ -174,8 +174,9 @@ def namespace(kvant_crds: LocalCluster, node_dir: NodeDir, request: pytest.Fixtu
     for obj in _namespace_objects(name, artifacts.node):
         kvant_crds.kubectl("apply", "-f", "-", input=json.dumps(obj))
     yield name
-    kvant_crds.kubectl("delete", "namespace", name, "--wait=false")
-    kvant_crds.kubectl("delete", "pv", f"{name}-kvant-artifacts", "--wait=false")  # node_folder_claim's name
+    # --ignore-not-found: a test may have deleted its namespace itself. The PV is node_folder_claim's.
+    kvant_crds.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
+    kvant_crds.kubectl("delete", "pv", f"{name}-kvant-artifacts", "--wait=false", "--ignore-not-found")
 
 
 def _namespace_name(node: pytest.Item) -> str:

@@ -1,0 +1,125 @@
+"""Deleting a namespace that holds models in every phase removes all of it within a stated bound.
+
+The models: one Ready (engine pods serving), one mid-fetch (its pod caught inside a file behind a
+throttled link), one mid-conversion (its Job's pod running), one Degraded (a corrupt shard, retrying
+with backoff) and one just applied (Pending). The namespace controller deletes the models; the
+operator must stop each model's daemon and let kopf drop its finalizer, and its Jobs and pods must
+go, so the namespace itself is gone. The operator then holds nothing of them: no daemon, no series.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from tests.fault_proxy import FaultProxy
+from tests.kube_wait import wait_for
+from tests.model_stores import create_bucket, upload_folder
+
+from e2e.conftest import SOURCE_CREDENTIALS
+from e2e.qm import apply, get_qm, is_true, wait_ready
+from e2e.test_fetched_sources_reach_ready import apply_secret, s3_keys
+from kvant_dev.cluster import LocalCluster
+from kvant_dev.model_stores import ModelStores
+
+pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
+
+# Pods here end within their grace period (the node agent stops a process group at once on SIGTERM's
+# expiry); the models' finalizers go as soon as their daemons stop (cancelled at once on deletion).
+# The namespace controller's own retries (it re-lists what remains after a few seconds) take the rest.
+GONE_WITHIN_SECONDS = 90
+
+
+def _metrics(operator: Any) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=5) as response:
+        return str(response.read().decode())
+
+
+def test_deleting_a_namespace_with_models_in_every_phase_completes(
+    cluster: LocalCluster,
+    operator: Any,
+    namespace: str,
+    tiny_model: Any,
+    tiny_checkpoint: Path,
+    model_stores: ModelStores,
+    node_dir: Any,
+) -> None:
+    core = client.CoreV1Api(cluster.api_client())
+    apply(cluster, namespace, tiny_model("ready", kvCache={"dtype": "bf16"}))
+
+    broken = node_dir / "broken-model"
+    shutil.copytree(tiny_checkpoint, broken.host)
+    shard = sorted(broken.host.glob("*.safetensors"))[-1]
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    degraded = tiny_model("degraded", kvCache={"dtype": "bf16"})
+    degraded["spec"]["source"]["uri"] = broken.uri
+    apply(cluster, namespace, degraded)
+
+    s3 = create_bucket(model_stores.s3, "models")
+    prefix = f"{namespace}/slow"
+    upload_folder(s3, tiny_checkpoint, "models", prefix)
+    s3.put_object(Bucket="models", Key=f"{prefix}/padding.safetensors", Body=b"\0" * (8 << 20))
+    apply_secret(cluster, namespace, SOURCE_CREDENTIALS, s3_keys(model_stores))
+    host = model_stores.s3.host
+    with FaultProxy((host, model_stores.s3.port), host=host) as proxy:
+        proxy.throttle(64 << 10)  # 8 MiB at 64 KiB/s: two minutes, far longer than the test holds it
+        fetching = tiny_model("fetching", kvCache={"dtype": "bf16"})
+        fetching["spec"]["source"] = {"uri": f"s3://models/{prefix}", "s3": {"endpoint": proxy.url}}
+        apply(cluster, namespace, fetching)
+
+        wait_ready(cluster, namespace, "ready")
+        wait_for(lambda: is_true(get_qm(cluster, namespace, "degraded"), "Degraded"), 180, "Degraded")
+        artifacts = node_dir.host / "artifacts" / "sources"
+        wait_for(
+            lambda: artifacts.exists() and any(p.stat().st_size > 0 for p in artifacts.rglob("*.part")),
+            120,
+            "the fetch pod to be inside a file",
+        )
+        # The default example converts to INT4: caught once its Job's pod runs.
+        apply(cluster, namespace, tiny_model("converting"))
+        wait_for(
+            lambda: any(
+                p.status.phase == "Running"
+                for p in core.list_namespaced_pod(
+                    namespace, label_selector="kvant.dev/model=converting,kvant.dev/artifact"
+                ).items
+            ),
+            120,
+            "the conversion pod to run",
+        )
+        apply(cluster, namespace, tiny_model("pending"))
+        phases = {
+            m: (get_qm(cluster, namespace, m).get("status") or {}).get("phase", "Pending")
+            for m in ("ready", "fetching", "converting", "degraded", "pending")
+        }
+        assert phases["ready"] == "Ready" and phases["fetching"] == "Fetching", phases
+        assert phases["converting"] in ("Converting", "Calibrating"), phases
+        assert phases["degraded"] not in ("Ready", "Deploying"), phases
+
+        started = time.monotonic()
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+
+        def gone() -> bool:
+            try:
+                core.read_namespace(namespace)
+            except ApiException as err:
+                if err.status == 404:
+                    return True
+                raise
+            return False
+
+        wait_for(gone, GONE_WITHIN_SECONDS, f"namespace {namespace} to be gone")
+        took = time.monotonic() - started
+    print(f"namespace with 5 models gone in {took:.1f} s")
+
+    # Nothing of the models stays in the operator: each daemon stopped and forgot its series.
+    text = _metrics(operator)
+    assert f'namespace="{namespace}"' not in text, [
+        line for line in text.splitlines() if f'namespace="{namespace}"' in line
+    ][:5]
