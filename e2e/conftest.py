@@ -30,6 +30,16 @@ Obj = dict[str, Any]
 
 
 @pytest.fixture(scope="session")
+def metrics_adapter(cluster: LocalCluster, pytestconfig: pytest.Config) -> LocalCluster:
+    """The cluster with its Prometheus and prometheus-adapter serving the custom metrics API, so the
+    HorizontalPodAutoscalers the operator renders read the gates' demand (stopped with the cluster)."""
+    started = time.monotonic()
+    cluster.start_metrics_adapter()
+    report_startup(pytestconfig, "prometheus + prometheus-adapter", started)
+    return cluster
+
+
+@pytest.fixture(scope="session")
 def kvant_crds(cluster: LocalCluster) -> LocalCluster:
     for crd in sorted((REPO / "crds").glob("*.yaml")):
         cluster.kubectl("apply", "--server-side", "-f", str(crd))

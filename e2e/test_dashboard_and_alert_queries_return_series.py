@@ -116,6 +116,9 @@ def test_every_dashboard_and_alert_query_returns_series(
                     "gpu": {"memoryGiB": gpu_memory_for_tokens(tiny_checkpoint, 4096)},
                 },
                 protection={"mode": "enforce", "concurrency": {"min": 1}, "metrics": {"intervalSeconds": 2}},
+                # Bounds of one: the replicas panel and the at-max alert have series, with no second
+                # replica (no custom metrics API runs here: the HPA reports MetricsUnavailable).
+                autoscaling={"minReplicas": 1, "maxReplicas": 1},
             ),
         )
         wait_ready(cluster, namespace, MODEL)

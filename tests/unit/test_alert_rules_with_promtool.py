@@ -7,6 +7,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from kvant_contracts.serving_pod import GATE_BUSY_REASONS
@@ -58,8 +59,9 @@ def test_every_runbook_link_names_a_section_of_the_runbook_page() -> None:
         assert anchor in ids, f"{name}: {RUNBOOK.relative_to(ROOT)} has no heading {{#{anchor}}}"
 
 
-def test_the_rejecting_alert_counts_exactly_the_gates_busy_reasons() -> None:
+@pytest.mark.parametrize("alert", ["KvantGateRejecting", "KvantAtMaxReplicasAndShedding"])
+def test_the_shedding_alerts_count_exactly_the_gates_busy_reasons(alert: str) -> None:
     """A rule file cannot import the contract, so this holds its regex to GATE_BUSY_REASONS."""
-    expr = _alerts()["KvantGateRejecting"]["expr"]
+    expr = _alerts()[alert]["expr"]
     regexes = set(re.findall(r'reason=~"([^"]+)"', expr))
     assert regexes == {"|".join(GATE_BUSY_REASONS)}

@@ -17,6 +17,7 @@ DOCUMENTED = {
     "kvant_gate_in_flight_tokens": "gauge",
     "kvant_gate_effective_concurrency": "gauge",
     "kvant_gate_token_budget": "gauge",
+    "kvant_gate_demand": "gauge",
     "kvant_gate_engine_max_total_num_tokens": "gauge",
     "kvant_gate_configured_limit": "gauge",
     "kvant_gate_mode": "gauge",

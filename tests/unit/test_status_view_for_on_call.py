@@ -69,3 +69,52 @@ def test_the_screen_says_what_on_call_needs() -> None:
 
 def test_sparkline_spans_zero_to_one() -> None:
     assert sparkline([0.0, 0.5, 1.0]) == "▁▅█"
+
+
+def _autoscaled(autoscaling: dict) -> dict:
+    return {**QM, "status": {**QM["status"], "autoscaling": autoscaling}}
+
+
+def test_an_autoscaled_model_shows_its_autoscaler_at_its_limit() -> None:
+    view = model_status(
+        _autoscaled(
+            {
+                "minReplicas": 1,
+                "maxReplicas": 3,
+                "currentReplicas": 3,
+                "desiredReplicas": 3,
+                "lastScaleTime": "2026-11-30T14:02:11Z",
+                "reason": "TooManyReplicas",
+                "message": "the desired replica count is more than the maximum replica count",
+            }
+        )
+    )
+    lines = render_text(view).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("  autoscaling:"))
+    assert lines[at] == (
+        "  autoscaling: 3 replicas (desired 3, min 1, max 3) — TooManyReplicas; "
+        "last scaled 2026-11-30T14:02:11Z"
+    )
+    assert lines[at + 1] == "    the desired replica count is more than the maximum replica count"
+    assert view.to_json()["autoscaling"]["maxReplicas"] == 3
+
+
+def test_an_autoscaler_that_never_scaled_or_is_missing_says_so() -> None:
+    missing = {
+        "minReplicas": 1,
+        "maxReplicas": 4,
+        "currentReplicas": 1,
+        "desiredReplicas": 0,
+        "lastScaleTime": None,
+        "reason": "MetricsUnavailable",
+        "message": "the cluster's custom metrics API does not serve the demand",
+    }
+    text = render_text(model_status(_autoscaled(missing)))
+    assert "  autoscaling: 1 replica (desired 0, min 1, max 4) — MetricsUnavailable; not scaled yet" in text
+    assert "    the cluster's custom metrics API does not serve the demand" in text
+
+
+def test_a_model_without_autoscaling_shows_no_autoscaler() -> None:
+    view = model_status(QM)
+    assert view.autoscaling is None and view.to_json()["autoscaling"] is None
+    assert "autoscaling:" not in render_text(view)

@@ -95,6 +95,11 @@ credentialsSecret by name, and the kubelet, not the operator, reads it.
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, list, watch, create, patch, delete]
+# spec.autoscaling's HorizontalPodAutoscaler (the HPA controller itself scales the model through its
+# scale subresource, with its own ClusterRole).
+- apiGroups: [autoscaling]
+  resources: [horizontalpodautoscalers]
+  verbs: [get, list, watch, create, patch, delete]
 # The router role (smg) and each model's gate: their own ServiceAccounts, and Roles bound to them (the
 # router's reads the model's pods, the gate's its limits ConfigMap).
 - apiGroups: [""]

@@ -5,6 +5,9 @@ back (`parse_limits_text`). The document is YAML or JSON (JSON is YAML), with th
 own field names. A document that fails validation raises `LimitsError` naming the field and what
 would be valid.
 
+`tenancy` (kvant_contracts.tenancy) is optional even in a file: a document without it serves every
+request as one default tenant, as before tenancy existed.
+
 A *file* must carry every field the operator writes (`FILE_FIELDS`). A file that is empty, or cut
 short by a writer that does not replace it atomically, is refused, and the gate keeps the limits it
 had; it is never read as "all defaults". A mapping built in code (`parse_limits`) may leave fields
@@ -19,6 +22,8 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal, cast
 
 import yaml
+
+from kvant_contracts.tenancy import PRIORITIES, Priority, Tenancy, Tenant, valid_tenant_name
 
 Mode = Literal["enforce", "observe", "off"]
 MODES: tuple[Mode, ...] = ("enforce", "observe", "off")
@@ -82,6 +87,8 @@ class Limits:
     # answers), or its whole output limit (worstCase: never a retraction, fewer requests admitted).
     admission: AdmissionMode = "forecast"
     forecastQuantile: float = 0.95
+    # Tenants, priority classes and fair shares (kvant_contracts.tenancy); the default is one tenant.
+    tenancy: Tenancy = Tenancy()
 
     @property
     def concurrency_ceiling(self) -> int:
@@ -126,6 +133,55 @@ def parse_limits(data: object, source: str = "limits") -> Limits:
         oversizeRequests=cast(Oversize, top.choice("oversizeRequests", defaults.oversizeRequests, OVERSIZE)),
         admission=cast(AdmissionMode, top.choice("admission", defaults.admission, ADMISSION_MODES)),
         forecastQuantile=top.fraction("forecastQuantile", defaults.forecastQuantile),
+        tenancy=_parse_tenancy(top.get("tenancy", {}), source),
+    )
+
+
+def _parse_tenancy(data: object, source: str) -> Tenancy:
+    """`tenancy`, with errors naming the field down to the tenant's index (`tenancy.tenants[2].weight`)."""
+    doc = _Fields(data if data is not None else {}, source, "tenancy.", Tenancy)
+    defaults = Tenancy()
+    default_priority = cast(Priority, doc.choice("defaultPriority", defaults.defaultPriority, PRIORITIES))
+    entries = doc.get("tenants", [])
+    if entries is None:
+        entries = []
+    if not isinstance(entries, list):
+        raise doc.error("tenants", "must be a list of tenants (name, priority, weight, tokensPerMinute)")
+    tenants: list[Tenant] = []
+    for index, entry in enumerate(entries):
+        tenants.append(_parse_tenant(entry, source, f"tenancy.tenants[{index}].", default_priority))
+        if any(seen.name == tenants[-1].name for seen in tenants[:-1]):
+            raise LimitsError(
+                f"{source}: tenancy.tenants[{index}].name must be unique, got {tenants[-1].name!r} twice"
+            )
+    return Tenancy(
+        defaultPriority=default_priority,
+        tenants=tuple(tenants),
+        outputTokenWeight=doc.positive("outputTokenWeight", defaults.outputTokenWeight),
+        sheddableQueueShare=doc.share("sheddableQueueShare", defaults.sheddableQueueShare),
+        criticalReserve=doc.share("criticalReserve", defaults.criticalReserve),
+    )
+
+
+def _parse_tenant(data: object, source: str, prefix: str, default_priority: Priority) -> Tenant:
+    entry = _Fields(data, source, prefix, Tenant)
+    if "name" not in entry.data:
+        raise LimitsError(f"{source}: {prefix}name is required")
+    name = entry.get("name", None)
+    if not isinstance(name, str) or not valid_tenant_name(name):
+        raise entry.error(
+            "name",
+            "must be 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit (and not "
+            "'other', the metrics' bucket for the rest)",
+        )
+    rate = entry.get("tokensPerMinute", None)
+    return Tenant(
+        name=name,
+        # An entry that names no class keeps the document's default: setting a weight alone does
+        # not move a tenant between classes.
+        priority=cast(Priority, entry.choice("priority", default_priority, PRIORITIES)),
+        weight=entry.positive("weight", 1.0),
+        tokensPerMinute=None if rate is None else entry.integer("tokensPerMinute", 0, minimum=1),
     )
 
 
@@ -148,8 +204,14 @@ def parse_limits_text(text: bytes | str, source: str) -> Limits:
 
 
 def render_limits(limits: Limits) -> str:
-    """The file the operator writes for `limits`: every field, keys sorted."""
+    """The file the operator writes for `limits`: every field, keys sorted; `tenancy` only when it is
+    not the default (a single tenant), so documents without tenants read as they always did."""
     document = asdict(limits)
+    tenancy = document.pop("tenancy")
+    if limits.tenancy != Tenancy():
+        # YAML's safe dumper writes lists, not tuples; an unset rate limit is left out, not null.
+        tenants = [{k: v for k, v in t.items() if v is not None} for t in tenancy["tenants"]]
+        document["tenancy"] = {**tenancy, "tenants": tenants}
     parse_limits(document, "the rendered limits")  # what the gate would refuse is never written
     return yaml.safe_dump(document, sort_keys=True)
 
@@ -157,9 +219,7 @@ def render_limits(limits: Limits) -> str:
 class _Fields:
     """One mapping of the document, read field by field with errors that name the field."""
 
-    def __init__(
-        self, data: object, source: str, prefix: str, model: type[Limits] | type[ConcurrencyBounds]
-    ) -> None:
+    def __init__(self, data: object, source: str, prefix: str, model: type[Any]) -> None:
         self.source, self.prefix = source, prefix
         where = prefix.rstrip(".") or "the document"
         if not isinstance(data, Mapping):
@@ -210,4 +270,11 @@ class _Fields:
         value = self.number(key, default)
         if not 0.0 < value <= 1.0:
             raise self.error(key, "must be a fraction in (0, 1]")
+        return value
+
+    def share(self, key: str, default: float) -> float:
+        """A fraction that may be 0 (none) or 1 (all)."""
+        value = self.number(key, default)
+        if not 0.0 <= value <= 1.0:
+            raise self.error(key, "must be a fraction in [0, 1]")
         return value

@@ -15,6 +15,9 @@ ENGINE_HEALTH_PATH = "/engine/health"
 ENGINE_HEALTH_SECONDS = 22
 ENGINE_PROBE_TIMEOUT_SECONDS = 25
 GATE_METRICS_PATH = "/gate/metrics"  # the gate's own metrics on its serving port (its liveness probe)
+# The gate container's readiness probe, and the router's health check of each engine pod: passed to the
+# engine's own /health, except while the gate drains (kvant_contracts.drain), when the gate answers 503.
+GATE_READINESS_PATH = "/health"
 # The gate's kvant_gate_rejected_total reasons that mean "this replica is full" (429/503); the
 # alerts, the dashboard and `kvant status` count these.
 GATE_BUSY_REASONS = ("queue_full", "queue_timeout", "queue_bytes", "overloaded")

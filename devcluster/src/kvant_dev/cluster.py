@@ -1,8 +1,9 @@
 """One local cluster: its network, the control plane, optionally the controllers, kube-proxy, the
-node agent and Prometheus. Everything it writes lives under `workdir`."""
+node agent, Prometheus and prometheus-adapter. Everything it writes lives under `workdir`."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from kubernetes import client
 from kubernetes import config as kube_config
 
 from kvant_dev.controlplane import ControlPlane
+from kvant_dev.metrics_adapter import API_SERVICE, MetricsAdapter
 from kvant_dev.model_stores import ModelStores
 from kvant_dev.netutil import wait_until
 from kvant_dev.network import Addresses, ClusterNetwork
@@ -22,6 +24,7 @@ from kvant_dev.prometheus import Prometheus, pod_discovery_job
 from kvant_dev.toolchain import Toolchain, pinned_versions
 
 _NODE_READY_TIMEOUT = 90.0
+_API_SERVICE_TIMEOUT = 60.0
 
 
 class KubectlError(RuntimeError):
@@ -42,6 +45,7 @@ class LocalCluster:
     network: ClusterNetwork = field(init=False)
     node_agent: ManagedProcess | None = None
     prometheus: Prometheus | None = None
+    metrics_adapter: MetricsAdapter | None = None
     model_stores: ModelStores | None = None
 
     def __post_init__(self) -> None:
@@ -131,6 +135,37 @@ class LocalCluster:
             self.prometheus.start()
         return self.prometheus
 
+    def start_metrics_adapter(self) -> MetricsAdapter:
+        """prometheus-adapter serving custom.metrics.k8s.io from the cluster's Prometheus (started here
+        if need be), registered as an aggregated API: what a HorizontalPodAutoscaler on demand reads."""
+        if self.metrics_adapter is None:
+            prometheus = self.start_prometheus()
+            adapter = MetricsAdapter(
+                self.toolchain.prometheus_adapter,
+                self.workdir / "prometheus-adapter",
+                self.addresses.host_ip,
+                prometheus.url,
+                self.kubeconfig,
+                tied_to_parent=self.tied_to_parent,
+            )
+            try:
+                adapter.start()
+                registration = {"apiVersion": "v1", "kind": "List", "items": adapter.registration()}
+                self.kubectl("apply", "-f", "-", input=json.dumps(registration))
+                wait_until(
+                    self._api_service_available,
+                    _API_SERVICE_TIMEOUT,
+                    f"APIService {API_SERVICE} to be Available",
+                    adapter.log_tail,
+                )
+            except BaseException:
+                # An APIService left unavailable makes every kubectl discovery in this cluster warn.
+                self.kubectl("delete", "apiservice", API_SERVICE, "--ignore-not-found", check=False)
+                adapter.stop()
+                raise
+            self.metrics_adapter = adapter
+        return self.metrics_adapter
+
     def start_model_stores(self, hub_token: str | None = None) -> ModelStores:
         """SeaweedFS (S3) and the Hub stand-in on the host link, where pods reach them."""
         if self.model_stores is None:
@@ -149,6 +184,9 @@ class LocalCluster:
         if self.model_stores is not None:
             self.model_stores.stop()
             self.model_stores = None
+        if self.metrics_adapter is not None:
+            self.metrics_adapter.stop()
+            self.metrics_adapter = None
         if self.prometheus is not None:
             self.prometheus.stop()
         if self.node_agent is not None:
@@ -186,12 +224,18 @@ class LocalCluster:
 
     def diagnostics(self, lines: int = 30) -> str:
         parts = [self.control_plane.diagnostics(lines)]
-        for proc in (self.node_agent, self.prometheus.process if self.prometheus else None):
+        adapter = self.metrics_adapter.process if self.metrics_adapter else None
+        for proc in (self.node_agent, self.prometheus.process if self.prometheus else None, adapter):
             if proc is not None:
                 parts.append(
                     f"--- {proc.name}, last {lines} lines of {proc.log_path} ---\n{proc.log_tail(lines)}"
                 )
         return "\n".join(parts)
+
+    def _api_service_available(self) -> bool:
+        jsonpath = '{.status.conditions[?(@.type=="Available")].status}'
+        result = self.kubectl("get", "apiservice", API_SERVICE, "-o", f"jsonpath={jsonpath}", check=False)
+        return result.returncode == 0 and result.stdout.strip() == "True"
 
     def _nodes_ready(self) -> bool:
         if self.node_agent is not None and not self.node_agent.running():

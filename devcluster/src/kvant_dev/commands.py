@@ -43,7 +43,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument(
         "--gpus-per-node", type=int, default=8, help="nvidia.com/gpu capacity per node (default 8)"
     )
-    up.add_argument("--prometheus", action="store_true", help="also run Prometheus scraping annotated pods")
+    up.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="also run Prometheus scraping annotated pods, and prometheus-adapter serving their demand as "
+        "the custom metrics API (so a model's autoscaler works)",
+    )
     up.add_argument(
         "--projection-delay",
         type=float,
@@ -78,7 +83,7 @@ def _up(args: argparse.Namespace) -> int:
         cluster.start_core()
         cluster.start_workloads()
         if args.prometheus:
-            cluster.start_prometheus()
+            cluster.start_metrics_adapter()  # starts the cluster's Prometheus first
         stores = cluster.start_model_stores()
     except BaseException:
         print(cluster.diagnostics())
@@ -91,6 +96,8 @@ def _up(args: argparse.Namespace) -> int:
         processes["node-agent"] = cluster.node_agent
     if cluster.prometheus and cluster.prometheus.process:
         processes["prometheus"] = cluster.prometheus.process
+    if cluster.metrics_adapter and cluster.metrics_adapter.process:
+        processes["prometheus-adapter"] = cluster.metrics_adapter.process
     processes.update(stores.processes())
     state: ClusterState = {
         "kubeconfig": str(cluster.kubeconfig),

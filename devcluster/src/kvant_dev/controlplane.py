@@ -88,6 +88,9 @@ class ControlPlane:
                 "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route",
                 # Evict pods from a dead node agent quickly, so tests see it.
                 "--node-monitor-grace-period=20s",
+                # The local cluster's choice: the default 15 s between HPA syncs would make the e2e
+                # scale test slow; a real cluster keeps its own.
+                "--horizontal-pod-autoscaler-sync-period=5s",
             ],
         )
         self._spawn(
@@ -209,6 +212,12 @@ class ControlPlane:
             "--requestheader-username-headers=X-Remote-User",
             "--requestheader-group-headers=X-Remote-Group",
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            # Aggregated APIs (prometheus-adapter's custom metrics): the apiserver proxies to them with
+            # this client cert, and dials the Service's endpoint IP itself rather than its ClusterIP,
+            # which only the node namespace's kube-proxy makes real (the apiserver runs on the host).
+            f"--proxy-client-cert-file={certs.front_proxy_client.cert}",
+            f"--proxy-client-key-file={certs.front_proxy_client.key}",
+            "--enable-aggregator-routing=true",
             f"--service-account-key-file={certs.service_account_pub}",
             f"--service-account-signing-key-file={certs.service_account_key}",
             "--service-account-issuer=https://kubernetes.default.svc",

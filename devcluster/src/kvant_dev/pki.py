@@ -27,6 +27,9 @@ class ClusterPKI:
     ca: KeyPair
     apiserver: KeyPair
     admin: KeyPair
+    # The apiserver's client cert towards aggregated APIs (--proxy-client-cert-file): they trust it by
+    # the requestheader CA and the allowed name `front-proxy-client`, then read the user from headers.
+    front_proxy_client: KeyPair
     service_account_key: Path
     service_account_pub: Path
 
@@ -117,6 +120,7 @@ def generate(out: Path, server_sans: list[str]) -> ClusterPKI:
         ca=ca,
         apiserver=_issue(ca_key, ca_name, _name("kube-apiserver"), out, "apiserver", server_sans=server_sans),
         admin=_issue(ca_key, ca_name, _name("kvant-admin", "system:masters"), out, "admin"),
+        front_proxy_client=_issue(ca_key, ca_name, _name("front-proxy-client"), out, "front-proxy-client"),
         service_account_key=sa_priv,
         service_account_pub=sa_pub,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -58,6 +59,13 @@ def built_environment(name: str) -> Path | None:
     return Path(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip() else None
 
 
+def go_module_version(binary: Path, module: str) -> str:
+    """The version of `module` that a Go binary's build info records, as `go version -m` shows it
+    (read from the binary's bytes, so no Go toolchain is needed)."""
+    line = re.search(rb"\n(?:mod|dep)\t" + re.escape(module.encode()) + rb"\t(\S+)\t", binary.read_bytes())
+    return line.group(1).decode() if line else "unknown"
+
+
 class MissingBinaryError(RuntimeError):
     pass
 
@@ -72,6 +80,7 @@ class Toolchain:
     coredns: Path
     helm: Path
     prometheus: Path
+    prometheus_adapter: Path
     nft: Path
     kubectl: Path
     kstatus: Path
@@ -91,6 +100,7 @@ class Toolchain:
             coredns=bin_dir / f"coredns-{v['COREDNS_VERSION']}" / "coredns",
             helm=bin_dir / f"helm-{v['HELM_VERSION']}" / "helm",
             prometheus=bin_dir / "prometheus-deb" / "usr" / "bin" / "prometheus",
+            prometheus_adapter=bin_dir / f"prometheus-adapter-{v['PROMETHEUS_ADAPTER_VERSION']}" / "adapter",
             nft=bin_dir / "nftables-deb" / "usr" / "sbin" / "nft",
             kubectl=venv_kubectl if venv_kubectl.exists() else Path(shutil.which("kubectl") or venv_kubectl),
             kstatus=bin_dir / f"kstatus-{v['CLI_UTILS_VERSION']}-{kstatus_source_key()}" / "kstatus",
@@ -130,4 +140,7 @@ class Toolchain:
         for name, argv in commands.items():
             result = subprocess.run(argv, capture_output=True, text=True, check=False, env=self.nft_env())
             out[name] = (result.stdout or result.stderr).strip().splitlines()[0]
+        # prometheus-adapter has no --version flag: its Go build info records the module's version.
+        adapter = go_module_version(self.prometheus_adapter, "sigs.k8s.io/prometheus-adapter")
+        out["prometheus-adapter"] = f"prometheus-adapter {adapter} (Go build info)"
         return out

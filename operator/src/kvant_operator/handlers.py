@@ -168,8 +168,26 @@ def _reconcile_once(
     operator_metrics.RECONCILES.labels("busy" if outcome.busy else "settled").inc()
     _phases[(meta["namespace"], meta["name"])] = outcome.status["phase"]
     operator_metrics.publish_conditions(meta["namespace"], meta["name"], outcome.status["conditions"])
+    _publish_replicas(meta["namespace"], meta["name"], outcome.status.get("autoscaling"))
     _publish_phase_counts()
     return outcome
+
+
+def _publish_replicas(namespace: str, model: str, scaling: dict[str, Any] | None) -> None:
+    """The autoscaler's counts as series, for the dashboard and the at-max alert; from the first pass
+    with spec.autoscaling, before the HPA reports, so the alert can see a model whose metrics are
+    missing too."""
+    if not scaling:
+        operator_metrics.forget_replicas(namespace, model)
+        return
+    operator_metrics.publish_replicas(
+        namespace,
+        model,
+        current=scaling.get("currentReplicas", 0),
+        desired=scaling.get("desiredReplicas", 0),
+        minimum=scaling["minReplicas"],
+        maximum=scaling["maxReplicas"],
+    )
 
 
 def _changed(live: dict[str, Any], desired: dict[str, Any]) -> bool:

@@ -87,6 +87,9 @@ PODS_SELECTOR = MODEL_LABEL
 # keeps of it: its conditions and the other kinds' statuses are most of what a summary would weigh.
 ROLLOUT_STATUS = ("observedGeneration", "replicas", "updatedReplicas", "readyReplicas")
 
+# What status.autoscaling reads of the model's HorizontalPodAutoscaler (reconcile/autoscaling_status).
+AUTOSCALER_STATUS = ("currentReplicas", "desiredReplicas", "lastScaleTime", "conditions")
+
 # What kopf hands over as an index: a key maps to the entries of every object filed under it.
 Index = Mapping[Any, Iterable[Obj]]
 
@@ -105,8 +108,10 @@ def serving_entry(body: Mapping[str, Any]) -> dict[tuple[str, ...], Obj] | None:
         "metadata": {**_identity(meta), "annotations": {APPLIED_HASH: applied}, "ownerReferences": owners},
     }
     status = body.get("status") or {}
-    if body.get("kind") == "Deployment":  # the one kind whose status a reconcile reads
+    if body.get("kind") == "Deployment":  # a rollout's progress
         summary["status"] = {key: status[key] for key in ROLLOUT_STATUS if key in status}
+    elif body.get("kind") == "HorizontalPodAutoscaler":  # what status.autoscaling shows
+        summary["status"] = {key: copy.deepcopy(status[key]) for key in AUTOSCALER_STATUS if key in status}
     entry: dict[tuple[str, ...], Obj] = {(meta["namespace"], meta["name"]): summary}
     model = summary["metadata"]["labels"].get(MODEL_LABEL)
     if model:

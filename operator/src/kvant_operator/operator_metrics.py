@@ -68,8 +68,51 @@ def publish_conditions(namespace: str, model: str, conditions: list[dict[str, An
     MODEL_CONDITIONS.models[(namespace, model)] = {str(c["type"]): str(c.get("status")) for c in conditions}
 
 
+class _ModelReplicas:
+    """kvant_operator_model_replicas, written out at scrape time like the conditions above: the
+    replicas of each autoscaled model as its autoscaler reports them (KvantAtMaxReplicasAndShedding
+    and the dashboard's Replicas panel read it). A model without spec.autoscaling has no series, so
+    "at max" is never read off a model nobody scales."""
+
+    STATES = ("current", "desired", "min", "max")
+
+    def __init__(self) -> None:
+        # (namespace, model) → the value of each state, in STATES' order; replaced whole (as above).
+        self.models: dict[tuple[str, str], tuple[int, int, int, int]] = {}
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "kvant_operator_model_replicas",
+            "Replicas of each autoscaled model, by state: current and desired (its autoscaler's), "
+            "min and max (spec.autoscaling in force).",
+            labels=["namespace", "model", "state"],
+        )
+        for (namespace, model), values in list(self.models.items()):
+            for state, value in zip(self.STATES, values, strict=True):
+                family.add_metric([namespace, model, state], float(value))
+        yield family
+
+
+MODEL_REPLICAS = _ModelReplicas()
+REGISTRY.register(MODEL_REPLICAS)
+
+
+def publish_replicas(
+    namespace: str, model: str, *, current: int, desired: int, minimum: int, maximum: int
+) -> None:
+    """One series per state (current, desired, min, max) of an autoscaled model. The counts are
+    keyword-only: four ints in a row are too easily passed in the wrong order."""
+    MODEL_REPLICAS.models[(namespace, model)] = (current, desired, minimum, maximum)
+
+
+def forget_replicas(namespace: str, model: str) -> None:
+    """Drops a model's replica series: its spec.autoscaling is gone, so nothing scales it."""
+    MODEL_REPLICAS.models.pop((namespace, model), None)
+
+
 def forget_model(namespace: str, model: str) -> None:
     MODEL_CONDITIONS.models.pop((namespace, model), None)
+    forget_replicas(namespace, model)
 
 
 def serve(host: str, port: int) -> None:

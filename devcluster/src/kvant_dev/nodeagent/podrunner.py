@@ -12,7 +12,7 @@ from typing import Any
 
 from kvant_dev.dns import hosts_file, resolv_conf
 from kvant_dev.network import NetworkSetupError
-from kvant_dev.nodeagent.container import Container, rfc3339
+from kvant_dev.nodeagent.container import Container, rfc3339, stop_all
 from kvant_dev.nodeagent.fieldrefs import EnvError, Lookup, container_env
 from kvant_dev.nodeagent.images import LocalImage, UnsupportedImageError, resolve
 from kvant_dev.nodeagent.rootfs import Mount, MountError, resolve_mount_path, root_view_argv, sub_path
@@ -86,8 +86,7 @@ class PodRunner:
         self.report()
 
     def terminate(self, grace_seconds: float) -> None:
-        for container in [*self.init_containers, *self.containers]:
-            container.kill(grace_seconds, "Killed")
+        stop_all([*self.init_containers, *self.containers], grace_seconds, "Killed")
         self.sandbox.destroy()
 
     def phase(self) -> str:

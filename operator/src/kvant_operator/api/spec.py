@@ -15,6 +15,11 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, model_validator
 
+from kvant_contracts.autoscaling import (
+    DEFAULT_SCALE_DOWN_STABILIZATION_SECONDS,
+    DEFAULT_SCALE_UP_STABILIZATION_SECONDS,
+    DEFAULT_TARGET_DEMAND,
+)
 from kvant_contracts.cpu_serving import CPU_E5M2_REASON
 from kvant_contracts.limits import AdmissionMode, Limits, Oversize
 from kvant_contracts.retraction_rate import RETRACTION_WINDOW_SECONDS
@@ -496,7 +501,8 @@ class RouterSpec(ApiModel):
 
     enabled: bool | None = Field(
         default=None,
-        description="Run the router. Unset: on when spec.serving.replicas > 1 or prefill-decode is on.",
+        description="Run the router. Unset: on when spec.serving.replicas > 1, spec.autoscaling.maxReplicas "
+        "> 1 or prefill-decode is on.",
     )
     policy: RouterPolicy = Field(default=RouterPolicy.CACHE_AWARE, description="smg's --policy.")
     replicas: int = Field(default=2, ge=1, le=16, description="Router replicas (a PDB keeps one up).")
@@ -751,6 +757,46 @@ class AccessSpec(ApiModel):
     )
 
 
+class AutoscalingSpec(ApiModel):
+    """Replicas that follow demand. The operator renders a HorizontalPodAutoscaler on this model's
+    scale subresource, driven by the custom metric `kvant_demand`: each gate's KV tokens reserved and
+    queued over its budget (or requests over its effective concurrency, whichever is larger), plus the
+    share it refused. The cluster needs the custom metrics API (prometheus-adapter with Kvant's rule;
+    see docs/concepts/autoscaling.md); status.autoscaling says when it is missing. Leave spec.serving.replicas
+    out of Git (or ignore it in Argo CD/Flux): the autoscaler sets it."""
+
+    rules = (
+        Rule(
+            cel="self.minReplicas <= self.maxReplicas",
+            message="spec.autoscaling.minReplicas must not exceed spec.autoscaling.maxReplicas",
+            field_path=".minReplicas",
+            holds=lambda a: a.min_replicas <= a.max_replicas,
+        ),
+    )
+
+    min_replicas: int = Field(default=1, ge=1, le=1024, description="The fewest serving replicas.")
+    max_replicas: int = Field(ge=1, le=1024, description="The most serving replicas.")
+    target_demand: float = Field(
+        default=DEFAULT_TARGET_DEMAND,
+        ge=0.1,
+        le=4.0,
+        description="The average demand per replica the autoscaler keeps (1.0: every replica exactly "
+        "full); below 1 leaves headroom for a burst while a new replica starts.",
+    )
+    scale_up_stabilization_seconds: int = Field(
+        default=DEFAULT_SCALE_UP_STABILIZATION_SECONDS,
+        ge=0,
+        le=3600,
+        description="How long demand must stay high before replicas are added (the HPA's window).",
+    )
+    scale_down_stabilization_seconds: int = Field(
+        default=DEFAULT_SCALE_DOWN_STABILIZATION_SECONDS,
+        ge=0,
+        le=3600,
+        description="How long demand must stay low before replicas are removed (the HPA's window).",
+    )
+
+
 class QuantizedModelSpec(ApiModel):
     """Desired state of a QuantizedModel."""
 
@@ -792,6 +838,26 @@ class QuantizedModelSpec(ApiModel):
             ),
         ),
         Rule(
+            cel="!has(self.autoscaling) || self.serving.disaggregation.mode == 'none'",
+            message="spec.autoscaling scales spec.serving.replicas, which applies without "
+            "disaggregation; with mode: prefill-decode set the roles' replicas by hand (autoscaling "
+            "each role is not built yet)",
+            field_path=".autoscaling",
+            holds=lambda s: s.autoscaling is None or s.serving.disaggregation.mode is DisaggregationMode.NONE,
+        ),
+        Rule(
+            cel="!has(self.autoscaling) || (self.serving.replicas >= self.autoscaling.minReplicas && "
+            "self.serving.replicas <= self.autoscaling.maxReplicas)",
+            message="spec.serving.replicas must lie within spec.autoscaling.minReplicas and "
+            "maxReplicas: the autoscaler would move it back at once (it defaults to 1; set it inside "
+            "the bounds, and leave it out of Git so the autoscaler owns it)",
+            field_path=".serving.replicas",
+            holds=lambda s: (
+                s.autoscaling is None
+                or s.autoscaling.min_replicas <= s.serving.replicas <= s.autoscaling.max_replicas
+            ),
+        ),
+        Rule(
             cel="self.protection.concurrency.min <= self.limits.maxConcurrency",
             message="spec.protection.concurrency.min must not exceed spec.limits.maxConcurrency",
             field_path=".protection.concurrency.min",
@@ -807,6 +873,9 @@ class QuantizedModelSpec(ApiModel):
     protection: ProtectionSpec = Field(default_factory=ProtectionSpec)
     evaluation: EvaluationSpec | None = Field(default=None, description="Accuracy gate. Unset: no gate.")
     access: AccessSpec = Field(default_factory=AccessSpec)
+    autoscaling: AutoscalingSpec | None = Field(
+        default=None, description="Unset: spec.serving.replicas stays as set."
+    )
 
     def check_update(self, old: QuantizedModelSpec) -> None:
         """Raises SpecError when an update from `old` would be rejected by the API server."""

@@ -173,6 +173,18 @@ class ProtectionStatus(ApiModel):
     last_decision_time: datetime | None = Field(default=None, description="When it was taken.")
 
 
+class AutoscalingStatus(ApiModel):
+    """What the model's autoscaler (its HorizontalPodAutoscaler) reports."""
+
+    min_replicas: int = Field(ge=0, description="spec.autoscaling.minReplicas in force.")
+    max_replicas: int = Field(ge=0, description="spec.autoscaling.maxReplicas in force.")
+    current_replicas: int = Field(default=0, ge=0, description="Replicas the autoscaler saw last.")
+    desired_replicas: int = Field(default=0, ge=0, description="Replicas the autoscaler wants.")
+    last_scale_time: datetime | None = Field(default=None, description="When it last changed replicas.")
+    reason: str = Field(default="", max_length=128, description="Its most telling condition's reason.")
+    message: str = Field(default="", max_length=1024, description="That condition's message.")
+
+
 class QuantizedModelStatus(ApiModel):
     """Observed state of a QuantizedModel."""
 
@@ -199,3 +211,6 @@ class QuantizedModelStatus(ApiModel):
     artifact: ArtifactStatus | None = Field(default=None, description="The served artifact.")
     plan: PlanStatus | None = Field(default=None, description="The capacity plan.")
     protection: ProtectionStatus | None = Field(default=None, description="Protection state.")
+    autoscaling: AutoscalingStatus | None = Field(
+        default=None, description="The autoscaler's view (spec.autoscaling set)."
+    )

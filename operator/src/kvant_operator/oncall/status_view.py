@@ -49,6 +49,8 @@ class ModelStatus:
     conditions: list[Obj]
     limits: Obj
     protection: Obj
+    # status.autoscaling as the operator wrote it from the model's HPA; None without spec.autoscaling.
+    autoscaling: Obj | None = None
     replicas: list[Replica] = field(default_factory=list)
     usage_history: list[float] = field(default_factory=list)  # worst replica, last 15 minutes
     retractions_window: str = "since the engine started"
@@ -76,6 +78,7 @@ def model_status(qm: Obj) -> ModelStatus:
         conditions=list(status.get("conditions") or []),
         limits=limits,
         protection=dict(status.get("protection") or {}),
+        autoscaling=dict(status["autoscaling"]) if status.get("autoscaling") else None,
     )
 
 
@@ -141,6 +144,8 @@ def render_text(model: ModelStatus) -> str:
     if protection.get("lastDecision"):
         when = protection.get("lastDecisionTime", "")
         lines.append(f"  last decision: {protection['lastDecision']}" + (f" ({when})" if when else ""))
+    if model.autoscaling is not None:
+        lines += _autoscaling_lines(model.autoscaling)
     if model.replicas:
         header = (
             "replica",
@@ -167,6 +172,25 @@ def render_text(model: ModelStatus) -> str:
             f"  kv usage, last 15 min: {sparkline(model.usage_history)}  (max {max(model.usage_history):.2f})"
         )
     return "\n".join(lines)
+
+
+def _autoscaling_lines(autoscaling: Obj) -> list[str]:
+    """The autoscaler's replicas and bounds, its most telling condition, and its message (why it
+    cannot scale, or that the cluster lacks the HPA or custom metrics API)."""
+    current = autoscaling.get("currentReplicas", 0)
+    line = (
+        f"  autoscaling: {current} replica{'' if current == 1 else 's'} "
+        f"(desired {autoscaling.get('desiredReplicas', 0)}, min {autoscaling.get('minReplicas', '?')}, "
+        f"max {autoscaling.get('maxReplicas', '?')})"
+    )
+    if autoscaling.get("reason"):
+        line += f" — {autoscaling['reason']}"
+    when = autoscaling.get("lastScaleTime")
+    line += f"; last scaled {when}" if when else "; not scaled yet"
+    lines = [line]
+    if autoscaling.get("message"):
+        lines.append(f"    {str(autoscaling['message'])[:300]}")
+    return lines
 
 
 def _row(r: Replica) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ from kvant_operator.api.lifecycle import ConditionType
 from kvant_operator.api.status import Phase
 from kvant_operator.artifact_recipe import artifact_key, artifact_location, needs_artifact, source_location
 from kvant_operator.kube_door import KubeDoor
+from kvant_operator.reconcile.autoscaling_status import read_autoscaling
 from kvant_operator.reconcile.engine_check import read_engine_check
 from kvant_operator.reconcile.state import Obj, Pass
 from kvant_operator.render.meta import COMPONENT_LABEL, MODEL_LABEL, SERVING_COMPONENT, with_applied_hash
@@ -31,6 +32,7 @@ def serve(p: Pass, kube: KubeDoor, settings: OperatorSettings) -> tuple[Phase, b
     if p.resync and spec_changed(p.body):
         prune(p.body, kube, objects)
     phase, busy = rollout_status(p, kube)
+    p.autoscaling = read_autoscaling(p, kube)
     if read_engine_check(p, kube, settings, rolling=busy):
         return Phase.DEGRADED, True
     return phase, busy

@@ -15,6 +15,7 @@ from kvant_operator.api.lifecycle import ConditionType, set_condition
 from kvant_operator.api.spec import QuantizedModelSpec
 from kvant_operator.api.status import (
     ArtifactStatus,
+    AutoscalingStatus,
     Condition,
     ConditionStatus,
     EngineStatus,
@@ -88,6 +89,7 @@ class Pass:
     protection: ProtectionResult | None = None
     resync: bool = True  # apply every serving object; False: only read the rollout (settled, unchanged)
     replicas: tuple[int, int] | None = None  # (existing, ready) serving replicas
+    autoscaling: AutoscalingStatus | None = None  # the HPA's view, with spec.autoscaling set
     events: list[Event] = field(default_factory=list)
 
     @property

@@ -45,6 +45,10 @@ def outcome(body: Obj, log: ConditionLog, phase: Phase, busy: bool, p: Pass | No
     if p is not None and p.replicas is not None:
         status["replicas"], status["readyReplicas"] = p.replicas
         status["selector"] = engine_selector(body["metadata"]["name"])  # the scale subresource's
+    if p is not None and p.autoscaling is not None:
+        status["autoscaling"] = p.autoscaling.model_dump(mode="json", by_alias=True, exclude_none=True)
+    elif (body.get("status") or {}).get("autoscaling") and not (body.get("spec") or {}).get("autoscaling"):
+        status["autoscaling"] = None  # autoscaling turned off: the merge patch deletes the block
     if phase.value != (body.get("status") or {}).get("phase"):
         kind = "Warning" if phase in (Phase.FAILED, Phase.DEGRADED) else "Normal"
         events.append((kind, f"Phase{phase.value}", _phase_message(log, phase)))

@@ -49,7 +49,15 @@ def router_enabled(spec: QuantizedModelSpec) -> bool:
     serving = spec.serving
     if serving.router.enabled is not None:
         return serving.router.enabled
-    return serving.replicas > 1 or serving.disaggregation.mode is DisaggregationMode.PREFILL_DECODE
+    # An autoscaled model that may grow past one replica has the router from the start: switching the
+    # model's Service from the one engine to the router as the autoscaler adds the second replica would
+    # move every client at the busiest moment.
+    scaling = spec.autoscaling
+    return (
+        serving.replicas > 1
+        or (scaling is not None and scaling.max_replicas > 1)
+        or serving.disaggregation.mode is DisaggregationMode.PREFILL_DECODE
+    )
 
 
 def meshed(replicas: int) -> bool:

@@ -9,6 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvant_contracts.drain import (
+    DRAIN_CEILING_SECONDS,
+    GATE_CLOSE_SECONDS,
+    POD_TERMINATION_GRACE_SECONDS,
+    drain_wait_script,
+)
 from kvant_contracts.launch_spec import LaunchSpec
 from kvant_contracts.serving_pod import (
     BOOTSTRAP_PORT,
@@ -18,14 +24,16 @@ from kvant_contracts.serving_pod import (
     ENGINE_PROBE_TIMEOUT_SECONDS,
     GATE_METRICS_PATH,
     GATE_PORT,
+    GATE_READINESS_PATH,
     METRICS_PORT,
 )
 from kvant_operator.api.spec import Device, Engine, QuantizedModelSpec
 from kvant_operator.api.status import PlanStatus
 from kvant_operator.artifact_recipe import digest
 from kvant_operator.render.access_secrets import with_access
+from kvant_operator.render.autoscaler import HPA, autoscaler
+from kvant_operator.render.engine_launcher import IMAGE_PYTHON, engine_command, init_containers
 from kvant_operator.render.engine_launcher import VOLUME as LAUNCHER_VOLUME
-from kvant_operator.render.engine_launcher import engine_command, init_containers
 from kvant_operator.render.gate_access import gate_identity, with_gate_api_access
 from kvant_operator.render.limits_configmap import LIMITS_FILE, limits_configmap, limits_name
 from kvant_operator.render.meta import SERVING_COMPONENT, Obj, object_meta
@@ -55,6 +63,7 @@ SERVING_KINDS = (
     ("apps/v1", "Deployment", "deployments"),
     ("v1", "Service", "services"),
     ("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
+    HPA,
 )
 # Large models load for many minutes; the startup probe waits up to 60 min before liveness applies.
 _STARTUP_PERIOD_S, _STARTUP_FAILURES = 10, 360
@@ -93,6 +102,8 @@ def serving_objects(inputs: ServingInputs, effective_concurrency: int | None) ->
     if router is not None:
         objects += router_objects(inputs.body, inputs.spec, inputs.settings)
         objects.append(service(inputs.body, router, name=inputs.model))  # the model's one door
+    if inputs.spec.autoscaling is not None:
+        objects.append(autoscaler(inputs.body, inputs.spec.autoscaling))
     return objects
 
 
@@ -106,7 +117,8 @@ def deployment(inputs: ServingInputs, role: Role) -> Obj:
             {"name": "limits", "configMap": {"name": limits_name(model)}},
             {**inputs.model_dir.volume, "name": "model"},
         ],
-        "terminationGracePeriodSeconds": 60,
+        # The gate drains for DRAIN_CEILING_SECONDS at most, then the engine stops (kvant_contracts.drain).
+        "terminationGracePeriodSeconds": POD_TERMINATION_GRACE_SECONDS,
     }
     if inputs.spec.serving.engine is Engine.SGLANG:
         pod["initContainers"] = init_containers(inputs.settings.runtime_image, pod["containers"][0])
@@ -134,6 +146,7 @@ def _engine_container(inputs: ServingInputs, role: Role) -> Obj:
         "startupProbe": _health_probe(periodSeconds=_STARTUP_PERIOD_S, failureThreshold=_STARTUP_FAILURES),
         "readinessProbe": _health_probe(periodSeconds=5),
         "livenessProbe": _health_probe(periodSeconds=15, failureThreshold=4),
+        "lifecycle": {"preStop": {"exec": {"command": _wait_for_gate_drain()}}},
     }
     if spec.serving.engine is Engine.SIMULATOR:
         container["args"] = _simulator_args(inputs, role)
@@ -143,6 +156,16 @@ def _engine_container(inputs: ServingInputs, role: Role) -> Obj:
     engine_command(container, _launch_spec(inputs, role).to_json())
     container["resources"] = _engine_resources(spec)
     return container
+
+
+def _wait_for_gate_drain() -> list[str]:
+    """The engine's preStop hook: hold the engine's SIGTERM until the gate has drained and gone, so a
+    request the gate still serves keeps its engine. An exec, since the kubelet runs a container's
+    preStop before signalling it and signals the gate at the same time: only the engine has to wait.
+    In Python with its standard library alone: the engine's image (SGLang's, or the runtime's) has
+    python3, not Kvant's environment, nor curl."""
+    script = drain_wait_script(GATE_PORT, DRAIN_CEILING_SECONDS + GATE_CLOSE_SECONDS)
+    return [IMAGE_PYTHON, "-c", script]
 
 
 def _engine_resources(spec: QuantizedModelSpec) -> Obj:
@@ -239,6 +262,9 @@ def _gate_container(inputs: ServingInputs, role: Role) -> Obj:
             # Prompts are counted with the model's own tokenizer, as the engine counts them.
             "--tokenizer",
             inputs.model_dir.path,
+            # On SIGTERM it drains for this long at most; the live limits may end it sooner.
+            "--drain-seconds",
+            str(DRAIN_CEILING_SECONDS),
         ],
         "ports": [
             {"name": "http", "containerPort": GATE_PORT},
@@ -248,9 +274,10 @@ def _gate_container(inputs: ServingInputs, role: Role) -> Obj:
             {"name": "limits", "mountPath": LIMITS_DIR, "readOnly": True},
             {"name": "model", "mountPath": inputs.model_dir.mount_path, "readOnly": True},
         ],
-        # The engine's /health through the gate's own port: ready when a request would be served.
+        # The engine's /health through the gate's own port: ready when a request would be served, and
+        # not ready while the gate drains.
         "readinessProbe": {
-            "httpGet": {"path": "/health", "port": "http"},
+            "httpGet": {"path": GATE_READINESS_PATH, "port": "http"},
             "periodSeconds": 2,
             "timeoutSeconds": ENGINE_PROBE_TIMEOUT_SECONDS,
         },

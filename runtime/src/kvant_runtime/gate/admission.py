@@ -81,6 +81,22 @@ class Admission:
         return len(self._queue)
 
     @property
+    def queued_tokens(self) -> int:
+        return sum(waiter.tokens for waiter in self._queue)
+
+    @property
+    def demand(self) -> float:
+        """What this replica is asked to hold over what it may hold now (kvant_contracts.autoscaling):
+        the larger of the tokens and the requests held and waiting, over the token budget and over the
+        effective concurrency. Over the effective concurrency, not the configured one, so a replica
+        whose local loop narrowed it shows more demand and the autoscaler adds replicas."""
+        requests = (self.in_flight + self.queue_length) / max(self.concurrency, 1)
+        budget = self.token_budget
+        if budget is None or budget <= 0:  # capacity unknown: requests are the only measure
+            return requests
+        return max(requests, (self.in_flight_tokens + self.queued_tokens) / budget)
+
+    @property
     def token_budget(self) -> int | None:
         """The most tokens in flight at once, or None while the engine's capacity is unknown."""
         if self.token_capacity is None:

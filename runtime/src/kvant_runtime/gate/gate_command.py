@@ -96,6 +96,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="count prompt tokens with the model's tokenizer.json and chat template in DIR (the served "
         "folder), as the engine does; without one, bytes/4 corrected by the engine's reported counts",
     )
+    parser.add_argument(
+        "--drain-seconds",
+        type=non_negative_seconds,
+        metavar="SECONDS",
+        help="on SIGTERM the gate drains: its readiness (/health) answers 503 while it goes on serving, "
+        "and it exits once idle and quiet, or after this many seconds at most (less when the limits' "
+        "own estimate is shorter; a pod's terminationGracePeriodSeconds must cover it). A second "
+        "signal stops it at once. Default: 30",
+    )
     parser.add_argument("--debug", action="store_true", help="debug logging, with tracebacks")
     parser.set_defaults(run=run)
 
@@ -105,6 +114,16 @@ def host_port(text: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT such as 0.0.0.0:30000, got {text!r}")
     return host.strip("[]"), int(port)
+
+
+def non_negative_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds ≥ 0 such as 300, got {text!r}")
+    return seconds
 
 
 def configmap_ref(text: str) -> tuple[str, str]:
@@ -131,7 +150,11 @@ def run(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415 - the registrar stays import-light
 
     from kvant_contracts.limits import LimitsError  # noqa: PLC0415
-    from kvant_runtime.gate.gate_server import GateConfig, serve_until_signalled  # noqa: PLC0415
+    from kvant_runtime.gate.gate_server import (  # noqa: PLC0415
+        SHUTDOWN_GRACE_SECONDS,
+        GateConfig,
+        serve_until_signalled,
+    )
     from kvant_runtime.gate.port_relay import RelayConfig  # noqa: PLC0415
     from kvant_runtime.prompt_counter import TokenizerError  # noqa: PLC0415
 
@@ -155,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
         else RelayConfig(args.relay, (upstream_host(args.upstream), args.relay[1])),
         limits_configmap=_limits_configmap(args.limits_configmap),
         tokenizer=args.tokenizer,
+        drain_seconds=SHUTDOWN_GRACE_SECONDS if args.drain_seconds is None else args.drain_seconds,
     )
     try:
         asyncio.run(serve_until_signalled(config))

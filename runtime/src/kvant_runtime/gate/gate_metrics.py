@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from kvant_contracts.autoscaling import DEMAND_GAUGE
 from kvant_contracts.limits import MODES
 from kvant_contracts.serving_pod import GATE_BUSY_REASONS
 from kvant_contracts.sglang_metrics import TOKEN_USAGE
@@ -120,6 +121,13 @@ class GateMetrics:
             "The engine's KV capacity in tokens as the gate knows it; 0 while unknown.",
             registry=r,
         ).set_function(lambda: admission.token_capacity or 0)
+        Gauge(
+            DEMAND_GAUGE,
+            "What this replica is asked to hold over what it may hold now: the larger of in-flight plus "
+            "queued KV tokens over the token budget and in-flight plus queued requests over the effective "
+            "concurrency. 1 is exactly full; above 1 requests wait or are refused.",
+            registry=r,
+        ).set_function(lambda: admission.demand)
         configured = Gauge(
             "kvant_gate_configured_limit", "The limits file's values, by field name.", ["field"], registry=r
         )

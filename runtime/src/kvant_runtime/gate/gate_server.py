@@ -1,6 +1,7 @@
 """Wires the gate together: listeners, the upstream session, the background loops.
 
-`run_gate` starts everything and runs until cancelled. Its listeners use aiohttp's handler
+`run_gate` starts everything and runs until told to stop, then drains (`Gate.drain`, see
+kvant_contracts.drain) and closes; cancelled, it closes at once. Its listeners use aiohttp's handler
 cancellation, so a client that disconnects cancels its handler at once: a queued request
 leaves the queue, an in-flight one closes its engine connection (SGLang aborts it) and
 gives its slot back.
@@ -14,6 +15,7 @@ import gc
 import logging
 import signal
 import socket
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,13 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from kvant_contracts.drain import (
+    DRAIN_QUIET_SECONDS,
+    DRAINING_FIELD,
+    GATE_CLOSE_SECONDS,
+    GATE_DRAIN_PATH,
+    drain_seconds,
+)
 from kvant_contracts.limits import Limits, LimitsError, parse_limits_text
 from kvant_contracts.serving_pod import ENGINE_HEALTH_PATH, ENGINE_HEALTH_SECONDS, GATE_METRICS_PATH
 from kvant_runtime.gate.access import Access
@@ -33,7 +42,7 @@ from kvant_runtime.gate.limits_source import LimitsFile, LimitsSource
 from kvant_runtime.gate.limits_watch import ConfigMapWatch, LimitsConfigMap
 from kvant_runtime.gate.loops import LimitsFollower, LocalLoop, watch_limits
 from kvant_runtime.gate.port_relay import RelayConfig, running_relay
-from kvant_runtime.gate.proxy import Proxy
+from kvant_runtime.gate.proxy import Proxy, Traffic
 from kvant_runtime.prompt_counter import load_counter
 
 log = logging.getLogger("kvant.gate")
@@ -48,7 +57,10 @@ _ENGINE_METRICS_MAX_BYTES = 16 << 20
 # Idle connections close before SGLang closes them (SGLANG_TIMEOUT_KEEP_ALIVE, 5 s by default), so
 # a request is never sent on a connection the engine is closing at that moment.
 KEEPALIVE_SECONDS = 4.0
+# The drain deadline when none is given (`kvant gate --drain-seconds`): the grace in-flight requests
+# had before the gate drained.
 SHUTDOWN_GRACE_SECONDS = 30.0
+_DRAIN_POLL_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -66,6 +78,9 @@ class GateConfig:
     relay: RelayConfig | None = None  # prefill/decode: the bootstrap port, pod IP -> engine (port_relay)
     limits_configmap: LimitsConfigMap | None = None  # unset: the limits file is the only source
     tokenizer: Path | None = None  # the served folder: its tokenizer counts prompts (prompt_counter)
+    # The most the drain lasts; under it, the live limits' own deadline (kvant_contracts.drain).
+    drain_seconds: float = SHUTDOWN_GRACE_SECONDS
+    drain_quiet_seconds: float = DRAIN_QUIET_SECONDS
 
 
 class Gate:
@@ -82,6 +97,7 @@ class Gate:
         bind_forecast(self.metrics, self.forecast, self.admission)
         self.counter = load_counter(config.tokenizer)
         bind_prompt_counter(self.metrics, self.counter)
+        self.traffic = Traffic()
         log.info("event=prompt_counter exact=%s folder=%s", self.counter.exact, config.tokenizer)
 
     def _forecast_margin(self, sequences: int) -> int:
@@ -102,6 +118,63 @@ class Gate:
         return web.Response(
             body=generate_latest(self.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )
+
+    async def drain_handler(self, _request: web.Request) -> web.Response:
+        """Whether the gate drains, for the engine's preStop hook (kvant_contracts.drain)."""
+        traffic, admission = self.traffic, self.admission
+        return web.json_response(
+            {
+                DRAINING_FIELD: traffic.draining,
+                "open": traffic.open,
+                "inFlight": admission.in_flight,
+                "queued": admission.queue_length,
+            }
+        )
+
+    def drain_deadline(self) -> float:
+        """Seconds the drain may last: the live limits' estimate, under the configured ceiling."""
+        return min(self.config.drain_seconds, drain_seconds(self.admission.limits))
+
+    async def drain(self) -> str:
+        """Turns not-ready and keeps serving until idle and quiet, or until the deadline; returns which.
+
+        Readiness answers 503 from now on, so the Service and the router drop this pod; whatever still
+        reaches the gate is admitted and served as before. It is done once it holds no request and none
+        has arrived for the quiet period (counted from now at the earliest: the pod may have been idle
+        before, yet be sent requests until its removal has propagated)."""
+        traffic, admission = self.traffic, self.admission
+        started = time.monotonic()
+        arrived = traffic.arrived
+        seconds, quiet = self.drain_deadline(), self.config.drain_quiet_seconds
+        traffic.draining = True
+        log.info(
+            "event=gate_draining in_flight=%d queued=%d open=%d deadline_seconds=%g quiet_seconds=%g",
+            admission.in_flight,
+            admission.queue_length,
+            traffic.open,
+            seconds,
+            quiet,
+        )
+        while True:
+            now = time.monotonic()
+            if traffic.open == 0 and now - max(started, traffic.last_arrival) >= quiet:
+                outcome = "idle"
+                break
+            if now - started >= seconds:
+                outcome = "deadline"
+                break
+            await asyncio.sleep(_DRAIN_POLL_SECONDS)
+        log.info(
+            "event=gate_drained outcome=%s seconds=%.1f arrived_while_draining=%d in_flight=%d queued=%d "
+            "open=%d",
+            outcome,
+            time.monotonic() - started,
+            traffic.arrived - arrived,
+            admission.in_flight,
+            admission.queue_length,
+            traffic.open,
+        )
+        return outcome
 
 
 class EngineWindow:
@@ -176,9 +249,11 @@ async def running_gate(config: GateConfig) -> AsyncIterator[tuple[Gate, list[tup
             access=access,
             forecast=gate.forecast,
             counter=gate.counter,
+            traffic=gate.traffic,
         )
         app = web.Application()
         app.router.add_get(METRICS_PATH, gate.metrics_handler)
+        app.router.add_get(GATE_DRAIN_PATH, gate.drain_handler)
         app.router.add_route("*", "/{tail:.*}", proxy.handle)
         apps = [(app, config.listen)]
         if config.metrics_listen is not None:
@@ -218,8 +293,9 @@ async def running_gate(config: GateConfig) -> AsyncIterator[tuple[Gate, list[tup
                 await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def run_gate(config: GateConfig) -> None:
-    """Serves until cancelled (SIGTERM/SIGINT in `kvant gate`)."""
+async def run_gate(config: GateConfig, stop: asyncio.Event | None = None) -> None:
+    """Serves until `stop` is set (SIGTERM/SIGINT in `kvant gate`), then drains and closes; cancelled,
+    it closes at once."""
     async with running_gate(config) as (gate, addresses):
         log.info(
             "event=gate_started listen=%s upstream=%s limits=%s limits_configmap=%s metrics=%s",
@@ -230,15 +306,24 @@ async def run_gate(config: GateConfig) -> None:
             f"{_address(addresses[-1])}{METRICS_PATH if len(addresses) == 1 else '/metrics'}",
         )
         log.info("event=limits_loaded limits=%s", gate.admission.limits)
-        await asyncio.Event().wait()
+        await (stop or asyncio.Event()).wait()
+        await gate.drain()
 
 
 async def serve_until_signalled(config: GateConfig) -> None:
-    """`run_gate` until SIGTERM or SIGINT; in-flight requests get SHUTDOWN_GRACE_SECONDS to finish."""
-    task = asyncio.create_task(run_gate(config))
+    """`run_gate` until SIGTERM or SIGINT, then drains (at most `config.drain_seconds`); a second
+    signal closes at once."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_gate(config, stop))
+
+    def signalled() -> None:
+        if stop.is_set():
+            task.cancel()
+        stop.set()
+
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, task.cancel)
+        loop.add_signal_handler(signum, signalled)
     with contextlib.suppress(asyncio.CancelledError):
         await task
     log.info("event=gate_stopped")
@@ -246,8 +331,9 @@ async def serve_until_signalled(config: GateConfig) -> None:
 
 @contextlib.asynccontextmanager
 async def _serving(app: web.Application, address: tuple[str, int]) -> AsyncIterator[tuple[str, int]]:
+    # In-flight requests had their time in the drain; one still running at its deadline is cut short.
     runner = web.AppRunner(
-        app, handler_cancellation=True, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_SECONDS
+        app, handler_cancellation=True, access_log=None, shutdown_timeout=GATE_CLOSE_SECONDS
     )
     await runner.setup()
     sock = socket.create_server(address, reuse_port=False)

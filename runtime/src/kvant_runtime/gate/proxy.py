@@ -12,12 +12,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
+from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from kvant_contracts.serving_pod import GATE_READINESS_PATH
 from kvant_runtime.gate.access import Access
 from kvant_runtime.gate.admission import Admission, Rejected, Ticket
 from kvant_runtime.gate.answer_counts import Answered
@@ -69,8 +72,18 @@ class Refused(Exception):
         self.retry_after = retry_after
 
 
+@dataclass
+class Traffic:
+    """What a drain watches: the requests the proxy holds now, and what arrived when."""
+
+    open: int = 0  # queued, in flight or passed through
+    arrived: int = 0
+    last_arrival: float = field(default_factory=time.monotonic)
+    draining: bool = False
+
+
 class Proxy:
-    """Handles every request the gate's listener receives, except its own metrics path."""
+    """Handles every request the gate's listener receives, except its own paths (`/gate/...`)."""
 
     def __init__(
         self,
@@ -82,6 +95,7 @@ class Proxy:
         access: Access | None = None,
         forecast: OutputForecast | None = None,
         counter: PromptCounter | None = None,
+        traffic: Traffic | None = None,
     ) -> None:
         self.upstream = upstream.rstrip("/")
         self.forecast = forecast or OutputForecast()
@@ -90,20 +104,43 @@ class Proxy:
         self.metrics = metrics
         self.session = session
         self.access = access or Access()
-        self.open_requests = 0
+        self.traffic = traffic or Traffic()
         self.queued_bytes = 0  # bodies of generating requests not yet admitted
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        self.open_requests += 1
+        traffic = self.traffic
+        if traffic.draining and request.method in ("GET", "HEAD") and request.path == GATE_READINESS_PATH:
+            # Not a request to serve: the probes and the router asking, and they must not keep the
+            # drain from ending, so neither counted nor passed to the engine.
+            return _error_response(
+                Refused(503, "draining", "the gate is draining: it finishes what it holds, then exits")
+            )
+        traffic.open += 1
+        traffic.arrived += 1
+        traffic.last_arrival = time.monotonic()
         try:
-            if self.open_requests > MAX_OPEN_REQUESTS:
+            response = await self._serve(request)
+            if traffic.draining:
+                # A client keeping its connection would keep sending here, past the router and the
+                # Service that dropped this pod: closing it sends the next request through them.
+                response.force_close()
+                if not response.prepared:
+                    # Sent before the request stops counting, so a drain ending at once does not close
+                    # the listener on an answer still unsent.
+                    await response.prepare(request)
+                    await response.write_eof()
+        finally:
+            traffic.open -= 1
+        return response
+
+    async def _serve(self, request: web.Request) -> web.StreamResponse:
+        try:
+            if self.traffic.open > MAX_OPEN_REQUESTS:
                 raise Refused(503, "overloaded", f"the gate holds {MAX_OPEN_REQUESTS} requests already", 1)
             return await self._handle(request)
         except Refused as refused:
             self.metrics.rejected.labels(refused.reason).inc()
             return _error_response(refused)
-        finally:
-            self.open_requests -= 1
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         route = classify(request.method, request.path)

@@ -1,0 +1,171 @@
+"""spec.autoscaling on the local cluster, end to end through real parts: the gates export their demand,
+the cluster's Prometheus scrapes it, prometheus-adapter serves it as the custom metric, and the HPA
+controller in kube-controller-manager scales the QuantizedModel through its scale subresource.
+
+- An open-loop load above one replica's capacity scales the model out to at least 2; the new replicas
+  become Ready and take traffic through the router. Requests fail only as the gate's own 429/503.
+- While it scales out, the protection loop keeps each gate's concurrency inside its bounds: the two
+  loops pull the same way (a narrowed limit shows as more demand), they do not fight.
+- When the load stops, it scales back to 1, and no request sent during the scale-in fails: a replica
+  being removed turns not-ready and finishes what it holds before it exits.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+from typing import Any
+
+import pytest
+from kubernetes import client
+from tests.kube_wait import wait_for
+
+from e2e.qm import apply, get_qm, metric_value, metrics_url, service_url, serving_pods, wait_ready
+from e2e.test_router_discovers_engines_and_serves import ask
+from kvant_contracts.autoscaling import DEMAND_GAUGE
+from kvant_operator.render.roles import engine_selector
+
+pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
+MODEL = "routed"  # ask() names this model to smg
+CONCURRENCY = (2, 4)  # each gate's protection bounds: concurrency.min, limits.maxConcurrency
+ANSWER_TOKENS = 300  # ~3 s of simulated decode: one replica serves about 4 / 3 requests a second
+OVERLOAD_PER_SECOND = 4.0  # about 3x one replica's capacity
+LIGHT_PER_SECOND = 0.5  # well inside one replica's capacity
+MAX_REQUESTS = 1200  # the whole test's bound, whatever happens
+
+
+class OpenLoop:
+    """Sends requests at a fixed rate from a thread per request (open loop: a slow answer does not
+    slow the sender), recording each answer's status with the phase it was sent in."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.rate, self.phase = url, 0.0, "idle"
+        self.answers: list[tuple[str, int]] = []
+        self.sent = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._sender = threading.Thread(target=self._send, daemon=True)
+
+    def __enter__(self) -> OpenLoop:
+        self._sender.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._sender.join(timeout=10)
+        for thread in self._threads:
+            thread.join(timeout=90)
+
+    def _send(self) -> None:
+        while not self._stop.is_set() and self.sent < MAX_REQUESTS:
+            if self.rate <= 0:
+                time.sleep(0.1)
+                continue
+            phase = self.phase
+            thread = threading.Thread(target=self._one, args=(phase, self.sent), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+            self.sent += 1
+            time.sleep(1.0 / self.rate)
+
+    def _one(self, phase: str, i: int) -> None:
+        code = ask(self.url, f"request {i} {time.monotonic()}", ANSWER_TOKENS, timeout=120)
+        with self._lock:
+            self.answers.append((phase, code))
+
+    def codes(self, phase: str) -> list[int]:
+        with self._lock:
+            return [code for p, code in self.answers if p == phase]
+
+
+def _gate(pod: Any) -> str:
+    """A gate's metrics, or "" while its pod has no address or its gate does not answer yet."""
+    if not pod.status.pod_ip:
+        return ""
+    try:
+        with urllib.request.urlopen(f"{metrics_url(pod)}/metrics", timeout=5) as response:
+            return str(response.read().decode())
+    except OSError:
+        return ""
+
+
+def test_load_scales_out_through_the_router_and_scale_in_drops_nothing(
+    cluster, metrics_adapter, operator, namespace, tiny_model
+):
+    low, high = CONCURRENCY
+    model = tiny_model(
+        MODEL,
+        kvCache={"dtype": "bf16"},
+        serving={"engine": "simulator", "gpu": {"memoryGiB": 2}, "memFractionStatic": 0.9},
+        limits={"maxConcurrency": high, "maxQueued": 8, "queueTimeoutSeconds": 5},
+        protection={"mode": "enforce", "concurrency": {"min": low}},
+        autoscaling={"minReplicas": 1, "maxReplicas": 3, "scaleDownStabilizationSeconds": 20},
+    )
+    apply(cluster, namespace, model)
+    wait_ready(cluster, namespace, MODEL, timeout=240)  # the router too: maxReplicas > 1 turns it on
+    url = service_url(cluster, namespace, MODEL)
+    wait_for(lambda: ask(url) == 200 or None, 60, "the model to answer through the router")
+    first = {p.metadata.name for p in serving_pods(cluster, namespace, MODEL)}
+    assert len(first) == 1
+
+    started = time.monotonic()
+    with OpenLoop(url) as load:
+        load.phase, load.rate = "overload", OVERLOAD_PER_SECOND
+        bounds: list[float] = []
+
+        def scaled_out() -> bool:
+            for pod in serving_pods(cluster, namespace, MODEL):  # the protection loop stays in bounds
+                effective = metric_value(_gate(pod), "kvant_gate_effective_concurrency")
+                if effective is not None:
+                    bounds.append(effective)
+            return get_qm(cluster, namespace, MODEL)["spec"]["serving"]["replicas"] >= 2
+
+        wait_for(scaled_out, 240, "the autoscaler to add a replica", interval=2)
+        out_at = time.monotonic() - started
+        qm = wait_ready(cluster, namespace, MODEL, timeout=240)
+        ready_at = time.monotonic() - started
+        assert qm["status"]["readyReplicas"] >= 2
+        added = [p for p in serving_pods(cluster, namespace, MODEL) if p.metadata.name not in first]
+
+        def new_replica_serves() -> bool:
+            return any((metric_value(_gate(p), "kvant_gate_admitted_total") or 0) > 0 for p in added)
+
+        wait_for(new_replica_serves, 60, "a new replica to take traffic through the router", interval=2)
+        status = get_qm(cluster, namespace, MODEL)["status"]["autoscaling"]
+        assert status["maxReplicas"] == 3 and status["desiredReplicas"] >= 2, status
+        demand = [metric_value(_gate(p), DEMAND_GAUGE) for p in serving_pods(cluster, namespace, MODEL)]
+        print(f"scale-out: replicas 2 at {out_at:.0f} s, Ready at {ready_at:.0f} s; demand now {demand}")
+
+        # The load stops; a light one runs through the scale-in, and must not lose a request.
+        load.phase, load.rate = "scale-in", LIGHT_PER_SECOND
+        wait_for(
+            lambda: get_qm(cluster, namespace, MODEL)["spec"]["serving"]["replicas"] == 1,
+            240,
+            "the autoscaler to scale back to 1",
+            interval=2,
+        )
+        in_at = time.monotonic() - started
+        # serving_pods leaves out pods being deleted; these count until they have drained and exited.
+        core, engines = client.CoreV1Api(cluster.api_client()), engine_selector(MODEL)
+        wait_for(
+            lambda: len(core.list_namespaced_pod(namespace, label_selector=engines).items) == 1,
+            240,
+            "the removed replicas to drain and exit",
+            interval=1,
+        )
+        gone_at = time.monotonic() - started
+        time.sleep(5)  # requests sent while the last pod left get their answers
+        load.rate = 0
+    print(f"scale-in: replicas 1 at {in_at:.0f} s, removed pods exited at {gone_at:.0f} s; sent {load.sent}")
+
+    overload, scale_in = load.codes("overload"), load.codes("scale-in")
+    assert overload and scale_in
+    assert set(overload) <= {200, 429, 503}, sorted(set(overload))
+    assert scale_in == [200] * len(scale_in), [c for c in scale_in if c != 200]
+    assert bounds and all(low <= b <= high for b in bounds), sorted(set(bounds))
+    print(
+        f"overload: {overload.count(200)} ok, {overload.count(429)} 429, {overload.count(503)} 503; "
+        f"scale-in: {len(scale_in)} ok; effective concurrency seen: {sorted(set(bounds))}"
+    )
