@@ -217,6 +217,37 @@ CREATE_CASES = [
         "spec.source.credentialsSecret",
         False,
     ),
+    (
+        "autoscaling-min-above-max",
+        {"autoscaling": {"minReplicas": 4, "maxReplicas": 3}},
+        "spec.autoscaling.minReplicas",
+        True,
+    ),
+    (
+        "autoscaling-replicas-outside-bounds",
+        {"serving": {"replicas": 5}, "autoscaling": {"maxReplicas": 3}},
+        "spec.serving.replicas",
+        True,
+    ),
+    (
+        "autoscaling-with-prefill-decode",
+        {"serving": {"disaggregation": PD}, "autoscaling": {"maxReplicas": 3}},
+        "spec.autoscaling",
+        True,
+    ),
+    (
+        "tenant-names-repeat",
+        {"tenancy": {"tenants": [{"name": "acme"}, {"name": "acme", "weight": 2}]}},
+        "spec.tenancy.tenants",
+        True,
+    ),
+    (
+        "tenant-named-other",
+        {"tenancy": {"tenants": [{"name": "other"}]}},
+        "spec.tenancy.tenants[].name",
+        True,
+    ),
+    ("bad-priority", {"tenancy": {"defaultPriority": "urgent"}}, "spec.tenancy.defaultPriority", False),
 ]
 
 

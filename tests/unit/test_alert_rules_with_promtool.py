@@ -59,7 +59,9 @@ def test_every_runbook_link_names_a_section_of_the_runbook_page() -> None:
         assert anchor in ids, f"{name}: {RUNBOOK.relative_to(ROOT)} has no heading {{#{anchor}}}"
 
 
-@pytest.mark.parametrize("alert", ["KvantGateRejecting", "KvantAtMaxReplicasAndShedding"])
+@pytest.mark.parametrize(
+    "alert", ["KvantGateRejecting", "KvantAtMaxReplicasAndShedding", "KvantCriticalRequestsRefused"]
+)
 def test_the_shedding_alerts_count_exactly_the_gates_busy_reasons(alert: str) -> None:
     """A rule file cannot import the contract, so this holds its regex to GATE_BUSY_REASONS."""
     expr = _alerts()[alert]["expr"]

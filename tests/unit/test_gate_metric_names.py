@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from kvant_contracts.limits import Limits
+from kvant_contracts.serving_pod import GATE_BUSY_REASONS
+from kvant_contracts.tenancy import OTHER_TENANTS, PRIORITIES
+from kvant_runtime.gate.admission import Admission
+from kvant_runtime.gate.gate_metrics import GateMetrics
 from kvant_runtime.gate.gate_server import METRICS_PATH
 from tests.unit.gate_harness import KubeletLimitsDir, held_engine_behind_gate, run
 
@@ -32,6 +38,9 @@ DOCUMENTED = {
     "kvant_gate_output_forecast_widen": "gauge",
     "kvant_gate_prompt_tokenizer_exact": "gauge",
     "kvant_gate_prompt_estimate_scale": "gauge",
+    "kvant_gate_tenant_admitted_tokens": "counter",
+    "kvant_gate_tenant_rejected": "counter",
+    "kvant_gate_tenant_queued": "gauge",
 }
 
 
@@ -56,3 +65,24 @@ def test_gate_exports_exactly_the_documented_metrics(tmp_path):
         assert modes == {"enforce": 1.0, "observe": 0.0, "off": 0.0}
 
     run(scenario())
+
+
+def test_the_per_tenant_series_a_query_needs_exist_at_zero_from_the_start():
+    # Dashboards and alerts take rates over "other"'s refusals and admitted tokens: absent series would
+    # make those queries return nothing instead of 0 on a gate that has not yet seen such a request.
+    text = generate_latest(GateMetrics(Admission(Limits())).registry).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    rejected = {
+        (s.labels["tenant"], s.labels["priority"], s.labels["reason"]): s.value
+        for s in families["kvant_gate_tenant_rejected"].samples
+        if s.name.endswith("_total")
+    }
+    assert rejected == {
+        (OTHER_TENANTS, priority, reason): 0.0 for priority in PRIORITIES for reason in GATE_BUSY_REASONS
+    }
+    admitted = {
+        (s.labels["tenant"], s.labels["priority"]): s.value
+        for s in families["kvant_gate_tenant_admitted_tokens"].samples
+        if s.name.endswith("_total")
+    }
+    assert admitted == {(OTHER_TENANTS, priority): 0.0 for priority in PRIORITIES}

@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from kvant_contracts.limits import parse_limits
-from kvant_runtime.gate.admission import Admission, Rejected
+from kvant_runtime.gate.admission import Admission
+from kvant_runtime.gate.refusals import Rejected
 from tests.unit.gate_harness import (
     KubeletLimitsDir,
     gate_metric,

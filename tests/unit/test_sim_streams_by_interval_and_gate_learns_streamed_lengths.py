@@ -10,8 +10,8 @@ from pathlib import Path
 import aiohttp
 
 from kvant_runtime.gate.answer_counts import streamed_output_tokens
+from kvant_runtime.gate.answer_relay import STREAM_TAIL_BYTES
 from kvant_runtime.gate.forecast import MIN_SAMPLES
-from kvant_runtime.gate.proxy import STREAM_TAIL_BYTES
 from kvant_runtime.sim.cost import CostModel
 from kvant_runtime.sim.engine import Engine, EngineConfig
 from kvant_runtime.sim.output_lengths import parse_output_lengths

@@ -3,7 +3,15 @@ prints for a model (the command itself runs against the local cluster in an e2e 
 
 from __future__ import annotations
 
-from kvant_operator.oncall.status_view import model_status, render_text, replica_from_metrics, sparkline
+import json
+
+from kvant_operator.oncall.status_view import (
+    ModelStatus,
+    model_status,
+    render_text,
+    replica_from_metrics,
+    sparkline,
+)
 
 MERGED = """\
 # TYPE kvant_gate_rejected_total counter
@@ -118,3 +126,123 @@ def test_a_model_without_autoscaling_shows_no_autoscaler() -> None:
     view = model_status(QM)
     assert view.autoscaling is None and view.to_json()["autoscaling"] is None
     assert "autoscaling:" not in render_text(view)
+
+
+# Two replicas' gates with tenant series, as prometheus_client exposes them (counters' `_created`
+# lines included). Each gate names its own top tenants: "batch" is "other" on the second.
+TENANTS_A = """\
+# HELP kvant_gate_tenant_admitted_tokens_total KV tokens admitted.
+# TYPE kvant_gate_tenant_admitted_tokens_total counter
+kvant_gate_tenant_admitted_tokens_total{priority="critical",tenant="checkout"} 12000.0
+kvant_gate_tenant_admitted_tokens_total{priority="sheddable",tenant="batch"} 90000.0
+kvant_gate_tenant_admitted_tokens_total{priority="standard",tenant="default"} 3000.0
+kvant_gate_tenant_admitted_tokens_created{priority="critical",tenant="checkout"} 1.7e9
+# HELP kvant_gate_tenant_rejected_total Requests the gate answered itself.
+# TYPE kvant_gate_tenant_rejected_total counter
+kvant_gate_tenant_rejected_total{priority="sheddable",reason="queue_full",tenant="batch"} 40.0
+kvant_gate_tenant_rejected_total{priority="sheddable",reason="evicted",tenant="batch"} 5.0
+kvant_gate_tenant_rejected_total{priority="critical",reason="queue_full",tenant="other"} 0.0
+kvant_gate_tenant_rejected_created{priority="sheddable",reason="queue_full",tenant="batch"} 1.7e9
+# HELP kvant_gate_tenant_queued Requests waiting in the gate's queue.
+# TYPE kvant_gate_tenant_queued gauge
+kvant_gate_tenant_queued{priority="critical",tenant="checkout"} 0.0
+kvant_gate_tenant_queued{priority="sheddable",tenant="batch"} 7.0
+kvant_gate_tenant_queued{priority="critical",tenant="other"} 0.0
+kvant_gate_tenant_queued{priority="standard",tenant="other"} 0.0
+kvant_gate_tenant_queued{priority="sheddable",tenant="other"} 0.0
+"""
+TENANTS_B = """\
+# TYPE kvant_gate_tenant_admitted_tokens_total counter
+kvant_gate_tenant_admitted_tokens_total{priority="critical",tenant="checkout"} 8000.0
+kvant_gate_tenant_admitted_tokens_total{priority="sheddable",tenant="other"} 500.0
+# TYPE kvant_gate_tenant_rejected_total counter
+kvant_gate_tenant_rejected_total{priority="critical",reason="queue_timeout",tenant="checkout"} 2.0
+kvant_gate_tenant_rejected_total{priority="critical",reason="tenant_rate",tenant="checkout"} 1.0
+kvant_gate_tenant_rejected_total{priority="sheddable",reason="queue_full",tenant="other"} 4.0
+# TYPE kvant_gate_tenant_queued gauge
+kvant_gate_tenant_queued{priority="critical",tenant="checkout"} 1.0
+"""
+
+
+def _with_tenants() -> ModelStatus:
+    view = model_status(QM)
+    view.replicas = [
+        replica_from_metrics("tiny-abc", MERGED + TENANTS_A),
+        replica_from_metrics("tiny-def", MERGED + TENANTS_B),
+    ]
+    return view
+
+
+def test_the_tenants_are_summed_over_the_replicas_most_refused_first() -> None:
+    shown = _with_tenants().tenants
+    assert [(t.tenant, t.priority) for t in shown] == [
+        ("batch", "sheddable"),  # 45 refused
+        ("other", "sheddable"),  # 4 refused
+        ("checkout", "critical"),  # 3 refused, the most admitted tokens
+        ("default", "standard"),  # none refused
+    ]  # the gates' series at 0 (other, critical and standard) are left out
+    checkout = shown[2]
+    assert (checkout.admitted_tokens, checkout.queued) == (20000.0, 1.0)
+    assert checkout.refused == {"queue_timeout": 2.0, "tenant_rate": 1.0}
+
+
+def test_the_screen_shows_the_tenants_and_their_refusals_by_reason() -> None:
+    lines = render_text(_with_tenants()).splitlines()
+    at = lines.index("  tenants, summed over the replicas (top by refused, then admitted):")
+    assert lines[at + 1].split() == ["tenant", "class", "admitted", "tokens", "queued", "refused"]
+    assert lines[at + 2].split() == [
+        "batch",
+        "sheddable",
+        "90.0k",
+        "7",
+        "45",
+        "(queue_full",
+        "40,",
+        "evicted",
+        "5)",
+    ]
+    assert lines[at + 4].split() == [
+        "checkout",
+        "critical",
+        "20.0k",
+        "1",
+        "3",
+        "(queue_timeout",
+        "2,",
+        "tenant_rate",
+        "1)",
+    ]
+    assert lines[at + 5].split() == ["default", "standard", "3.00k", "0", "0"]
+    assert lines[at + 6] == "  (admitted tokens and refused: since each gate started; queued: now)"
+
+
+def test_the_json_carries_the_tenants_once_for_the_model() -> None:
+    data = _with_tenants().to_json()
+    assert data["tenants"][0] == {
+        "tenant": "batch",
+        "priority": "sheddable",
+        "admitted_tokens": 90000.0,
+        "queued": 7.0,
+        "refused": {"queue_full": 40.0, "evicted": 5.0},
+        "refused_total": 45.0,
+    }
+    assert all("tenants" not in replica for replica in data["replicas"])
+    json.dumps(data)  # still one JSON object
+
+
+def test_gates_without_tenant_series_show_no_tenants() -> None:
+    view = model_status(QM)
+    view.replicas = [replica_from_metrics("tiny-abc", MERGED)]
+    assert "tenants" not in render_text(view)
+    assert view.to_json()["tenants"] == []
+
+
+def test_at_most_ten_tenants_are_shown() -> None:
+    text = "# TYPE kvant_gate_tenant_admitted_tokens_total counter\n" + "".join(
+        f'kvant_gate_tenant_admitted_tokens_total{{priority="standard",tenant="t{i:02d}"}} {100 + i}.0\n'
+        for i in range(15)
+    )
+    view = model_status(QM)
+    view.replicas = [replica_from_metrics("tiny-abc", text)]
+    assert [t.tenant for t in view.tenants] == [f"t{i:02d}" for i in range(14, 4, -1)]
+    assert len(view.to_json()["tenants"]) == 10

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, cast
 
 import yaml
@@ -88,7 +88,7 @@ class Limits:
     admission: AdmissionMode = "forecast"
     forecastQuantile: float = 0.95
     # Tenants, priority classes and fair shares (kvant_contracts.tenancy); the default is one tenant.
-    tenancy: Tenancy = Tenancy()
+    tenancy: Tenancy = field(default_factory=Tenancy)
 
     @property
     def concurrency_ceiling(self) -> int:

@@ -19,8 +19,10 @@ GATE_METRICS_PATH = "/gate/metrics"  # the gate's own metrics on its serving por
 # engine's own /health, except while the gate drains (kvant_contracts.drain), when the gate answers 503.
 GATE_READINESS_PATH = "/health"
 # The gate's kvant_gate_rejected_total reasons that mean "this replica is full" (429/503); the
-# alerts, the dashboard and `kvant status` count these.
-GATE_BUSY_REASONS = ("queue_full", "queue_timeout", "queue_bytes", "overloaded")
+# alerts, the dashboard and `kvant status` count these. `evicted` (a queued request of a lower class
+# made room for a higher one) and `deadline` (it could not start in time) are for want of room too;
+# `tenant_rate` (a tenant over its own tokensPerMinute) is not: more replicas would not lift it.
+GATE_BUSY_REASONS = ("queue_full", "queue_timeout", "queue_bytes", "overloaded", "evicted", "deadline")
 # Where things listen in a serving pod: the engine on loopback only, the gate's serving and metrics
 # listeners on the pod IP (the renderer passes them to the gate and builds Service, probes and the
 # NetworkPolicy from them).

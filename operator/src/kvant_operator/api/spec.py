@@ -24,6 +24,7 @@ from kvant_contracts.cpu_serving import CPU_E5M2_REASON
 from kvant_contracts.limits import AdmissionMode, Limits, Oversize
 from kvant_contracts.retraction_rate import RETRACTION_WINDOW_SECONDS
 from kvant_contracts.sglang_metrics import TOKEN_USAGE
+from kvant_contracts.tenancy import DEFAULT_TENANT, OTHER_TENANTS, PRIORITIES, TENANT_NAME, Tenancy
 from kvant_contracts.weights_recipe import (
     DEFAULT_GROUP_SIZE,
     DEFAULT_INT4_METHOD,
@@ -797,6 +798,86 @@ class AutoscalingSpec(ApiModel):
     )
 
 
+# The gate's tenancy defaults, from the tenancy contract (like GATE_DEFAULTS for the limits).
+TENANCY_DEFAULTS = Tenancy()
+Priority = StrEnum("Priority", {p.upper(): p for p in PRIORITIES})  # type: ignore[misc]
+Priority.__doc__ = "A request's priority class: critical is served first and refused last."
+TenantName = Annotated[str, Field(pattern=TENANT_NAME.pattern, max_length=63)]
+
+
+class TenantSpec(ApiModel):
+    """One tenant: its class and its share. Requests name their tenant by API key (a line of the
+    spec.access.apiKeysSecret file: `<key> tenant=<name> [priority=<class>] [trusted]`), or by the
+    X-Kvant-Tenant header when sent with a key marked `trusted` (a gateway's)."""
+
+    rules = (
+        Rule(
+            cel=f"self.name != '{OTHER_TENANTS}'",
+            message=f"spec.tenancy.tenants[].name {OTHER_TENANTS!r} is reserved for the metrics' bucket "
+            "of tenants past the top 10; pick another name",
+            field_path=".name",
+            holds=lambda t: t.name != OTHER_TENANTS,
+        ),
+    )
+
+    name: TenantName = Field(description=f"The tenant's name ({DEFAULT_TENANT!r}: requests naming none).")
+    priority: Priority | None = Field(
+        default=None, description="Its class. Unset: spec.tenancy.defaultPriority."
+    )
+    weight: float = Field(
+        default=1.0, gt=0, le=1000, description="Its share of the cache against the others in its class."
+    )
+    tokens_per_minute: int | None = Field(
+        default=None,
+        ge=1,
+        le=10**12,
+        description="At most this many tokens (prompt + reserved output) admitted per minute, on each "
+        "replica; past it, 429 with Retry-After. Unset: no rate limit.",
+    )
+
+
+class TenancySpec(ApiModel):
+    """Many tenants on one protected cache. Under pressure the gate serves critical work first and
+    refuses sheddable work first, shares the token budget fairly between the tenants of a class (a
+    virtual token counter over prompt plus weighted output tokens), and refuses at once a request that
+    cannot start within its deadline (the queue timeout, or the client's X-Kvant-Deadline-Ms). Edits
+    apply live, like the other limits."""
+
+    rules = (
+        Rule(
+            cel="!has(self.tenants) || self.tenants.all(t, self.tenants.exists_one(u, u.name == t.name))",
+            message="spec.tenancy.tenants[].name must be unique",
+            field_path=".tenants",
+            holds=lambda t: len({x.name for x in t.tenants}) == len(t.tenants),
+        ),
+    )
+
+    default_priority: Priority = Field(
+        default=Priority(TENANCY_DEFAULTS.defaultPriority),
+        description="The class of requests whose tenant names none.",
+    )
+    tenants: list[TenantSpec] = Field(default_factory=list, max_length=64, description="Named tenants.")
+    output_token_weight: float = Field(
+        default=TENANCY_DEFAULTS.outputTokenWeight,
+        ge=0,
+        le=100,
+        description="What an output token costs in the fair-share counter, in prompt tokens.",
+    )
+    sheddable_queue_share: float = Field(
+        default=TENANCY_DEFAULTS.sheddableQueueShare,
+        ge=0,
+        le=1,
+        description="The share of spec.limits.maxQueued sheddable work may fill.",
+    )
+    critical_reserve: float = Field(
+        default=TENANCY_DEFAULTS.criticalReserve,
+        ge=0,
+        lt=1,
+        description="The share of the concurrency and token budget held back from sheddable work while "
+        "critical work is queued or in flight.",
+    )
+
+
 class QuantizedModelSpec(ApiModel):
     """Desired state of a QuantizedModel."""
 
@@ -846,7 +927,9 @@ class QuantizedModelSpec(ApiModel):
             holds=lambda s: s.autoscaling is None or s.serving.disaggregation.mode is DisaggregationMode.NONE,
         ),
         Rule(
-            cel="!has(self.autoscaling) || (self.serving.replicas >= self.autoscaling.minReplicas && "
+            # Bounds that contradict each other are the minReplicas rule's to report, alone.
+            cel="!has(self.autoscaling) || self.autoscaling.minReplicas > self.autoscaling.maxReplicas || "
+            "(self.serving.replicas >= self.autoscaling.minReplicas && "
             "self.serving.replicas <= self.autoscaling.maxReplicas)",
             message="spec.serving.replicas must lie within spec.autoscaling.minReplicas and "
             "maxReplicas: the autoscaler would move it back at once (it defaults to 1; set it inside "
@@ -854,6 +937,7 @@ class QuantizedModelSpec(ApiModel):
             field_path=".serving.replicas",
             holds=lambda s: (
                 s.autoscaling is None
+                or s.autoscaling.min_replicas > s.autoscaling.max_replicas
                 or s.autoscaling.min_replicas <= s.serving.replicas <= s.autoscaling.max_replicas
             ),
         ),
@@ -873,6 +957,10 @@ class QuantizedModelSpec(ApiModel):
     protection: ProtectionSpec = Field(default_factory=ProtectionSpec)
     evaluation: EvaluationSpec | None = Field(default=None, description="Accuracy gate. Unset: no gate.")
     access: AccessSpec = Field(default_factory=AccessSpec)
+    tenancy: TenancySpec = Field(
+        default_factory=TenancySpec,
+        description="Priorities, fair shares and deadlines among the tenants of this model.",
+    )
     autoscaling: AutoscalingSpec | None = Field(
         default=None, description="Unset: spec.serving.replicas stays as set."
     )

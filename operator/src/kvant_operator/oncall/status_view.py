@@ -21,9 +21,37 @@ from kvant_contracts.sglang_metrics import (
     retractions_total,
     scheduler_of,
 )
+from kvant_contracts.tenancy import PRIORITIES, as_priority, rank
 
 Obj = dict[str, Any]
 _BARS = "▁▂▃▄▅▆▇█"
+# The gate's per-tenant series (kvant_runtime.gate.gate_metrics.TenantSeries), as exposed: counters
+# carry `_total`. Each gate labels its own top tenants and counts the rest as "other".
+TENANT_ADMITTED_TOKENS = "kvant_gate_tenant_admitted_tokens_total"
+TENANT_REJECTED = "kvant_gate_tenant_rejected_total"
+TENANT_QUEUED = "kvant_gate_tenant_queued"
+# Rows of the tenants table: as many as one gate names tenants (TOP_TENANTS), so the screen stays short.
+TENANT_ROWS = 10
+
+
+@dataclass
+class TenantLoad:
+    """One tenant in one priority class, on one replica or summed over a model's replicas."""
+
+    tenant: str
+    priority: str
+    admitted_tokens: float = 0.0  # since the gate started
+    queued: float = 0.0  # waiting at the gate now
+    refused: dict[str, float] = field(default_factory=dict)  # by reason, since the gate started
+
+    @property
+    def refused_total(self) -> float:
+        return sum(self.refused.values())
+
+    @property
+    def idle(self) -> bool:
+        """Nothing admitted, queued or refused: one of the gate's series at 0 from its start."""
+        return not (self.admitted_tokens or self.queued or self.refused_total)
 
 
 @dataclass
@@ -37,6 +65,9 @@ class Replica:
     queued_gate: float | None = None
     concurrency: float | None = None
     error: str | None = None  # why the metrics could not be read
+    # Per (tenant, class); empty from gates without tenant series. Shown summed over the replicas
+    # (ModelStatus.tenants), not per replica.
+    tenants: list[TenantLoad] = field(default_factory=list)
 
 
 @dataclass
@@ -55,8 +86,17 @@ class ModelStatus:
     usage_history: list[float] = field(default_factory=list)  # worst replica, last 15 minutes
     retractions_window: str = "since the engine started"
 
+    @property
+    def tenants(self) -> list[TenantLoad]:
+        """The busiest tenants over all replicas: the most refused first, then the most admitted."""
+        return top_tenants(self.replicas)
+
     def to_json(self) -> Obj:
-        return asdict(self)
+        data = asdict(self)
+        for replica in data["replicas"]:
+            del replica["tenants"]  # the model's sum below says it once
+        data["tenants"] = [{**asdict(t), "refused_total": t.refused_total} for t in self.tenants]
+        return data
 
 
 def model_status(qm: Obj) -> ModelStatus:
@@ -87,8 +127,12 @@ def replica_from_metrics(pod: str, text: str) -> Replica:
     sums: dict[str, float] = {}
     maxima: dict[str, float] = {}
     engine: dict[str, list[Series]] = {}
+    tenants: dict[tuple[str, str], TenantLoad] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
+            if sample.name in (TENANT_ADMITTED_TOKENS, TENANT_REJECTED, TENANT_QUEUED):
+                _add_tenant_sample(tenants, sample.name, sample.labels, float(sample.value))
+                continue
             if sample.name.startswith(PREFIX):
                 engine.setdefault(sample.name, []).append((scheduler_of(sample.labels), float(sample.value)))
                 continue
@@ -114,7 +158,44 @@ def replica_from_metrics(pod: str, text: str) -> Replica:
         turned_away=sums.get("kvant_gate_rejected_total"),
         queued_gate=sums.get("kvant_gate_queue_length"),
         concurrency=maxima.get("kvant_gate_effective_concurrency"),
+        tenants=list(tenants.values()),
     )
+
+
+def _add_tenant_sample(
+    tenants: dict[tuple[str, str], TenantLoad], name: str, labels: dict[str, str], value: float
+) -> None:
+    key = (labels.get("tenant", ""), labels.get("priority", ""))
+    load = tenants.setdefault(key, TenantLoad(*key))
+    if name == TENANT_ADMITTED_TOKENS:
+        load.admitted_tokens += value
+    elif name == TENANT_QUEUED:
+        load.queued += value
+    else:
+        reason = labels.get("reason", "")
+        load.refused[reason] = load.refused.get(reason, 0.0) + value
+
+
+def top_tenants(replicas: list[Replica], rows: int = TENANT_ROWS) -> list[TenantLoad]:
+    """Each (tenant, class) summed over the replicas, idle ones left out: the most refused first, then
+    the most admitted tokens, at most `rows`. A tenant outside one gate's top counts as "other" there,
+    so its numbers may be split between its own row and "other"."""
+    summed: dict[tuple[str, str], TenantLoad] = {}
+    for replica in replicas:
+        for load in replica.tenants:
+            total = summed.setdefault((load.tenant, load.priority), TenantLoad(load.tenant, load.priority))
+            total.admitted_tokens += load.admitted_tokens
+            total.queued += load.queued
+            for reason, count in load.refused.items():
+                total.refused[reason] = total.refused.get(reason, 0.0) + count
+    busy = [t for t in summed.values() if not t.idle]
+    busy.sort(key=lambda t: (-t.refused_total, -t.admitted_tokens, _class_rank(t.priority), t.tenant))
+    return busy[:rows]
+
+
+def _class_rank(priority: str) -> int:
+    known = as_priority(priority)
+    return rank(known) if known is not None else len(PRIORITIES)
 
 
 def sparkline(values: list[float], low: float = 0.0, high: float = 1.0) -> str:
@@ -171,7 +252,46 @@ def render_text(model: ModelStatus) -> str:
         lines.append(
             f"  kv usage, last 15 min: {sparkline(model.usage_history)}  (max {max(model.usage_history):.2f})"
         )
+    lines += _tenant_lines(model.tenants)
     return "\n".join(lines)
+
+
+def _tenant_lines(tenants: list[TenantLoad]) -> list[str]:
+    """The tenants table; nothing from gates that export no tenant series (older gates) or idle ones."""
+    if not tenants:
+        return []
+    header = ("tenant", "class", "admitted tokens", "queued", "refused")
+    rows = [header] + [
+        (t.tenant, t.priority, _count(t.admitted_tokens), _count(t.queued), _refused(t)) for t in tenants
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return [
+        "  tenants, summed over the replicas (top by refused, then admitted):",
+        *(
+            ("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))).rstrip()
+            for row in rows
+        ),
+        "  (admitted tokens and refused: since each gate started; queued: now)",
+    ]
+
+
+def _refused(load: TenantLoad) -> str:
+    reasons = sorted((r for r, n in load.refused.items() if n), key=lambda r: (-load.refused[r], r))
+    if not reasons:
+        return "0"
+    return (
+        f"{_count(load.refused_total)} (" + ", ".join(f"{r} {_count(load.refused[r])}" for r in reasons) + ")"
+    )
+
+
+def _count(value: float) -> str:
+    """A count as on-call reads it at a glance, 3 digits at most: 950, 12.3k, 4.56M."""
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            scaled = value / scale
+            decimals = 2 if abs(scaled) < 10 else 1 if abs(scaled) < 100 else 0
+            return f"{scaled:.{decimals}f}{suffix}"
+    return f"{value:.0f}"
 
 
 def _autoscaling_lines(autoscaling: Obj) -> list[str]:

@@ -6,10 +6,11 @@ by the operator's protection loop when it decides so (status.protection.effectiv
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from kvant_contracts.limits import LIMITS_FILE, ConcurrencyBounds, Limits, render_limits
-from kvant_operator.api.spec import QuantizedModelSpec
+from kvant_contracts.tenancy import Priority, Tenancy, Tenant
+from kvant_operator.api.spec import QuantizedModelSpec, TenancySpec
 from kvant_operator.render.meta import object_meta
 
 Obj = dict[str, Any]
@@ -37,6 +38,27 @@ def limits_for(spec: QuantizedModelSpec, effective_concurrency: int | None) -> L
         oversizeRequests=spec.limits.oversize_requests,
         admission=spec.limits.admission,
         forecastQuantile=spec.limits.forecast_quantile,
+        tenancy=tenancy_for(spec.tenancy),
+    )
+
+
+def tenancy_for(tenancy: TenancySpec) -> Tenancy:
+    """spec.tenancy as the contract's Tenancy; a tenant without a class gets the default class."""
+    default = cast(Priority, tenancy.default_priority.value)
+    return Tenancy(
+        defaultPriority=default,
+        tenants=tuple(
+            Tenant(
+                name=t.name,
+                priority=cast(Priority, t.priority.value) if t.priority is not None else default,
+                weight=t.weight,
+                tokensPerMinute=t.tokens_per_minute,
+            )
+            for t in tenancy.tenants
+        ),
+        outputTokenWeight=tenancy.output_token_weight,
+        sheddableQueueShare=tenancy.sheddable_queue_share,
+        criticalReserve=tenancy.critical_reserve,
     )
 
 

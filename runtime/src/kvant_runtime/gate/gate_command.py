@@ -150,11 +150,8 @@ def run(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415 - the registrar stays import-light
 
     from kvant_contracts.limits import LimitsError  # noqa: PLC0415
-    from kvant_runtime.gate.gate_server import (  # noqa: PLC0415
-        SHUTDOWN_GRACE_SECONDS,
-        GateConfig,
-        serve_until_signalled,
-    )
+    from kvant_runtime.gate.draining import SHUTDOWN_GRACE_SECONDS  # noqa: PLC0415
+    from kvant_runtime.gate.gate_server import GateConfig, serve_until_signalled  # noqa: PLC0415
     from kvant_runtime.gate.port_relay import RelayConfig  # noqa: PLC0415
     from kvant_runtime.prompt_counter import TokenizerError  # noqa: PLC0415
 

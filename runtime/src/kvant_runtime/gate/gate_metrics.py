@@ -2,23 +2,36 @@
 
 State gauges (queue, in-flight, limits) are read from the admission state at scrape time,
 so the request path pays only for the counters and the wait histogram.
+
+Per-tenant series (`kvant_gate_tenant_*`) have bounded cardinality: only the TOP_TENANTS tenants by
+admitted tokens get their own `tenant` label value, the rest count as "other"
+(kvant_contracts.tenancy). The label is chosen as each count is made, so every series only grows; a
+tenant that drops out of the top has its series removed (they end, as a restarted gate's do) and
+counts as "other" from then on. Summed over `tenant`, the rates are the whole gate's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from kvant_contracts.autoscaling import DEMAND_GAUGE
 from kvant_contracts.limits import MODES
 from kvant_contracts.serving_pod import GATE_BUSY_REASONS
 from kvant_contracts.sglang_metrics import TOKEN_USAGE
+from kvant_contracts.tenancy import OTHER_TENANTS, PRIORITIES, TOP_TENANTS, Priority
 from kvant_runtime.gate.admission import Admission
 from kvant_runtime.gate.forecast import OutputForecast
 from kvant_runtime.prompt_counter import PromptCounter
 
+# Tenants whose admitted tokens are remembered for the ranking, at most; past it the smallest are
+# forgotten (they were far from the top), so a gateway naming endless tenants cannot grow the gate.
+MAX_RANKED_TENANTS = 10_000
 # Queue waits run from 0 (admitted at once) up to queueTimeoutSeconds (30 s by default).
 WAIT_BUCKETS = (0.0, 0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -90,6 +103,7 @@ class GateMetrics:
         self.engine_token_usage = Gauge(
             "kvant_gate_engine_token_usage", f"{TOKEN_USAGE} as last read by the gate (0..1).", registry=r
         )
+        self.tenants = TenantSeries(r, admission)
         self._bind_state(admission)
 
     def _bind_state(self, admission: Admission) -> None:
@@ -136,6 +150,103 @@ class GateMetrics:
         mode = Gauge("kvant_gate_mode", "1 for the limits file's current mode.", ["mode"], registry=r)
         for name in MODES:
             mode.labels(name).set_function(functools.partial(_mode_is, admission, name))
+
+
+class TenantSeries:
+    """The per-tenant counters and the queued gauge, labelled by the top tenants plus "other"."""
+
+    def __init__(self, registry: CollectorRegistry, admission: Admission) -> None:
+        self.admitted_tokens = Counter(
+            "kvant_gate_tenant_admitted_tokens",
+            "KV tokens admitted (prompt + reserved output), by tenant (the top tenants; the rest 'other') "
+            "and priority class.",
+            ["tenant", "priority"],
+            registry=registry,
+        )
+        self.rejected = Counter(
+            "kvant_gate_tenant_rejected",
+            "Requests the gate answered itself, by tenant (the top tenants; the rest 'other'), priority "
+            "class and reason.",
+            ["tenant", "priority", "reason"],
+            registry=registry,
+        )
+        # "other" at 0 from the start, as kvant_gate_rejected's busy reasons are: a rate over them is 0,
+        # not absent, so every dashboard and alert query finds its series before the first request.
+        for priority in PRIORITIES:
+            self.admitted_tokens.labels(OTHER_TENANTS, priority)
+            for reason in GATE_BUSY_REASONS:
+                self.rejected.labels(OTHER_TENANTS, priority, reason)
+        self._totals: dict[str, float] = {}  # admitted tokens per tenant: the ranking
+        self.top: set[str] = set()
+        self._series: dict[str, set[tuple[str, ...]]] = {}  # per labelled tenant: its rejected series
+        registry.register(_QueuedByTenant(admission, self))
+
+    def label(self, tenant: str) -> str:
+        return tenant if tenant in self.top else OTHER_TENANTS
+
+    def admitted(self, tenant: str, priority: Priority, tokens: int) -> None:
+        self._totals[tenant] = self._totals.get(tenant, 0.0) + tokens
+        self._rank(tenant)
+        self.admitted_tokens.labels(self.label(tenant), priority).inc(tokens)
+
+    def refused(self, tenant: str, priority: Priority, reason: str) -> None:
+        label = self.label(tenant)
+        if label != OTHER_TENANTS:
+            self._series.setdefault(label, set()).add((priority, reason))
+        self.rejected.labels(label, priority, reason).inc()
+
+    def _rank(self, tenant: str) -> None:
+        if tenant in self.top:
+            return
+        if len(self.top) < TOP_TENANTS:
+            self.top.add(tenant)
+            return
+        weakest = min(self.top, key=lambda name: self._totals.get(name, 0.0))
+        if self._totals[tenant] <= self._totals.get(weakest, 0.0):
+            if len(self._totals) > MAX_RANKED_TENANTS:
+                self._forget_smallest()
+            return
+        self.top.discard(weakest)
+        self.top.add(tenant)
+        for priority in PRIORITIES:
+            self._remove(self.admitted_tokens, weakest, priority)
+        for labels in self._series.pop(weakest, set()):
+            self._remove(self.rejected, weakest, *labels)
+
+    def _forget_smallest(self) -> None:
+        keep = sorted(self._totals, key=self._totals.__getitem__, reverse=True)[: MAX_RANKED_TENANTS // 2]
+        self._totals = {name: self._totals[name] for name in {*keep, *self.top}}
+
+    @staticmethod
+    def _remove(counter: Counter, *labels: str) -> None:
+        with contextlib.suppress(KeyError):  # that series was never made
+            counter.remove(*labels)
+
+
+class _QueuedByTenant(Collector):
+    """kvant_gate_tenant_queued at scrape time: the queue by labelled tenant and class, 0s included."""
+
+    def __init__(self, admission: Admission, tenants: TenantSeries) -> None:
+        self.admission, self.tenants = admission, tenants
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "kvant_gate_tenant_queued",
+            "Requests waiting in the gate's queue, by tenant (the top tenants; the rest 'other') and "
+            "priority class.",
+            labels=["tenant", "priority"],
+        )
+        # Every labelled tenant and class, at 0 when none waits: a series that comes and goes with the
+        # queue would read as missing data on a dashboard.
+        counts: dict[tuple[str, str], int] = {
+            (label, klass): 0 for label in (*self.tenants.top, OTHER_TENANTS) for klass in PRIORITIES
+        }
+        for (tenant, klass), queued in self.admission.queued_by_tenant().items():
+            key = (self.tenants.label(tenant), klass)
+            counts[key] = counts.get(key, 0) + queued
+        for labels, queued in sorted(counts.items()):
+            family.add_metric(list(labels), queued)
+        yield family
 
 
 def bind_forecast(metrics: GateMetrics, forecast: OutputForecast, admission: Admission) -> None:

@@ -1,7 +1,7 @@
 """Wires the gate together: listeners, the upstream session, the background loops.
 
-`run_gate` starts everything and runs until told to stop, then drains (`Gate.drain`, see
-kvant_contracts.drain) and closes; cancelled, it closes at once. Its listeners use aiohttp's handler
+`run_gate` starts everything and runs until told to stop, then drains (`Gate.drain`, see `draining`
+and kvant_contracts.drain) and closes; cancelled, it closes at once. Its listeners use aiohttp's handler
 cancellation, so a client that disconnects cancels its handler at once: a queued request
 leaves the queue, an in-flight one closes its engine connection (SGLang aborts it) and
 gives its slot back.
@@ -15,7 +15,6 @@ import gc
 import logging
 import signal
 import socket
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,25 +23,21 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from kvant_contracts.drain import (
-    DRAIN_QUIET_SECONDS,
-    DRAINING_FIELD,
-    GATE_CLOSE_SECONDS,
-    GATE_DRAIN_PATH,
-    drain_seconds,
-)
+from kvant_contracts.drain import DRAIN_QUIET_SECONDS, GATE_CLOSE_SECONDS, GATE_DRAIN_PATH
 from kvant_contracts.limits import Limits, LimitsError, parse_limits_text
 from kvant_contracts.serving_pod import ENGINE_HEALTH_PATH, ENGINE_HEALTH_SECONDS, GATE_METRICS_PATH
+from kvant_runtime.gate import draining
 from kvant_runtime.gate.access import Access
 from kvant_runtime.gate.admission import Admission
 from kvant_runtime.gate.concurrency import ConcurrencyController
+from kvant_runtime.gate.draining import SHUTDOWN_GRACE_SECONDS, Traffic
 from kvant_runtime.gate.forecast import OutputForecast
 from kvant_runtime.gate.gate_metrics import GateMetrics, bind_forecast, bind_prompt_counter
 from kvant_runtime.gate.limits_source import LimitsFile, LimitsSource
 from kvant_runtime.gate.limits_watch import ConfigMapWatch, LimitsConfigMap
 from kvant_runtime.gate.loops import LimitsFollower, LocalLoop, watch_limits
 from kvant_runtime.gate.port_relay import RelayConfig, running_relay
-from kvant_runtime.gate.proxy import Proxy, Traffic
+from kvant_runtime.gate.proxy import Proxy
 from kvant_runtime.prompt_counter import load_counter
 
 log = logging.getLogger("kvant.gate")
@@ -57,10 +52,6 @@ _ENGINE_METRICS_MAX_BYTES = 16 << 20
 # Idle connections close before SGLang closes them (SGLANG_TIMEOUT_KEEP_ALIVE, 5 s by default), so
 # a request is never sent on a connection the engine is closing at that moment.
 KEEPALIVE_SECONDS = 4.0
-# The drain deadline when none is given (`kvant gate --drain-seconds`): the grace in-flight requests
-# had before the gate drained.
-SHUTDOWN_GRACE_SECONDS = 30.0
-_DRAIN_POLL_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -121,60 +112,13 @@ class Gate:
 
     async def drain_handler(self, _request: web.Request) -> web.Response:
         """Whether the gate drains, for the engine's preStop hook (kvant_contracts.drain)."""
-        traffic, admission = self.traffic, self.admission
-        return web.json_response(
-            {
-                DRAINING_FIELD: traffic.draining,
-                "open": traffic.open,
-                "inFlight": admission.in_flight,
-                "queued": admission.queue_length,
-            }
-        )
-
-    def drain_deadline(self) -> float:
-        """Seconds the drain may last: the live limits' estimate, under the configured ceiling."""
-        return min(self.config.drain_seconds, drain_seconds(self.admission.limits))
+        return web.json_response(draining.drain_status(self.traffic, self.admission))
 
     async def drain(self) -> str:
-        """Turns not-ready and keeps serving until idle and quiet, or until the deadline; returns which.
-
-        Readiness answers 503 from now on, so the Service and the router drop this pod; whatever still
-        reaches the gate is admitted and served as before. It is done once it holds no request and none
-        has arrived for the quiet period (counted from now at the earliest: the pod may have been idle
-        before, yet be sent requests until its removal has propagated)."""
-        traffic, admission = self.traffic, self.admission
-        started = time.monotonic()
-        arrived = traffic.arrived
-        seconds, quiet = self.drain_deadline(), self.config.drain_quiet_seconds
-        traffic.draining = True
-        log.info(
-            "event=gate_draining in_flight=%d queued=%d open=%d deadline_seconds=%g quiet_seconds=%g",
-            admission.in_flight,
-            admission.queue_length,
-            traffic.open,
-            seconds,
-            quiet,
-        )
-        while True:
-            now = time.monotonic()
-            if traffic.open == 0 and now - max(started, traffic.last_arrival) >= quiet:
-                outcome = "idle"
-                break
-            if now - started >= seconds:
-                outcome = "deadline"
-                break
-            await asyncio.sleep(_DRAIN_POLL_SECONDS)
-        log.info(
-            "event=gate_drained outcome=%s seconds=%.1f arrived_while_draining=%d in_flight=%d queued=%d "
-            "open=%d",
-            outcome,
-            time.monotonic() - started,
-            traffic.arrived - arrived,
-            admission.in_flight,
-            admission.queue_length,
-            traffic.open,
-        )
-        return outcome
+        """Drains (`draining.drain`) for at most the live limits' deadline under the configured
+        ceiling; returns how it ended: "idle" or "deadline"."""
+        seconds = draining.drain_deadline(self.config.drain_seconds, self.admission.limits)
+        return await draining.drain(self.traffic, self.admission, seconds, self.config.drain_quiet_seconds)
 
 
 class EngineWindow:

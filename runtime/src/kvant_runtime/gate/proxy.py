@@ -3,40 +3,38 @@
 The route policy (`route_policy`) decides: every generating route goes through admission, costed by
 `kvant_runtime.request_cost`; read-only and tool routes (`/health`, `/metrics`, `/v1/models`,
 `/tokenize`, ...) pass straight through; admin and mutating routes get 403, and routes SGLang does
-not serve 404, before the body is read. Response bodies are relayed chunk by chunk as they arrive:
-SSE streams are never buffered.
+not serve 404, before the body is read. Response bodies are relayed chunk by chunk as they arrive
+(`answer_relay`): SSE streams are never buffered.
+
+Each admitted request carries who it is for (`access.Identity`: tenant, and a class only a key or a
+trusted source may set) and the client's time budget (`X-Kvant-Deadline-Ms`), which admission uses
+to order the queue and to refuse at once what cannot start in time.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import logging
+import math
 import time
-from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from kvant_contracts.serving_pod import GATE_READINESS_PATH
-from kvant_runtime.gate.access import Access
-from kvant_runtime.gate.admission import Admission, Rejected, Ticket
+from kvant_contracts.tenancy import DEADLINE_HEADER
+from kvant_runtime.gate.access import Access, Identity
+from kvant_runtime.gate.admission import Admission, Ticket
 from kvant_runtime.gate.answer_counts import Answered
+from kvant_runtime.gate.answer_relay import forwarded_headers, relay_answer
+from kvant_runtime.gate.draining import Traffic
 from kvant_runtime.gate.forecast import OutputForecast
 from kvant_runtime.gate.gate_metrics import GateMetrics
+from kvant_runtime.gate.refusals import Rejected
 from kvant_runtime.gate.route_policy import RouteClass, classify
 from kvant_runtime.prompt_counter import LONG_TEXT_CHARS, ByteEstimate, PromptCounter
 from kvant_runtime.request_cost import BadRequest, cost_request
 
-log = logging.getLogger("kvant.gate")
-
-# Sized answers up to this are relayed in one piece; larger or unsized ones (SSE) chunk by chunk.
-WHOLE_BODY_BYTES = 1 << 20
-# Kept of a streamed answer to read its last event: SGLang's /generate chunks repeat the text and
-# output ids so far, so a 4,096-token answer's last event is some 50 KB.
-STREAM_TAIL_BYTES = 256 << 10
 # A client that has not sent its whole body by then is cut off (408): a slow sender holds no slot.
 BODY_READ_SECONDS = 30.0
 # Bodies larger than this are costed in a worker thread when a tokenizer counts them (see
@@ -44,22 +42,6 @@ BODY_READ_SECONDS = 30.0
 INLINE_COUNT_BYTES = LONG_TEXT_CHARS
 # Requests the gate holds at once, of every kind (queued, in flight, passed through); past it, 503.
 MAX_OPEN_REQUESTS = 8192
-# Per-connection headers (RFC 9110 §7.6.1) plus the ones aiohttp recomputes for the new hop.
-_NOT_FORWARDED = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-    }
-)
 
 
 class Refused(Exception):
@@ -70,16 +52,6 @@ class Refused(Exception):
         self.status = status
         self.reason = reason
         self.retry_after = retry_after
-
-
-@dataclass
-class Traffic:
-    """What a drain watches: the requests the proxy holds now, and what arrived when."""
-
-    open: int = 0  # queued, in flight or passed through
-    arrived: int = 0
-    last_arrival: float = field(default_factory=time.monotonic)
-    draining: bool = False
 
 
 class Proxy:
@@ -143,10 +115,12 @@ class Proxy:
             return _error_response(refused)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        arrived = time.monotonic()  # the client's deadline budget counts from here
         route = classify(request.method, request.path)
         if route is None:
             raise Refused(404, "unknown_route", f"{request.method} {request.path} is not served here")
         authorization = request.headers.get("Authorization")
+        identity = Identity()
         if route is RouteClass.ADMIN:
             if not self.access.admin_allowed(authorization):
                 closed = "need the model's admin token" if self.access.admin.configured else "are closed"
@@ -156,8 +130,11 @@ class Proxy:
                     f"{request.method} {request.path} changes or inspects the engine; admin routes "
                     f"{closed} at the gate",
                 )
-        elif not self.access.client_allowed(request.path, authorization):
-            raise Refused(401, "unauthorized", "this model needs an API key: Authorization: Bearer <key>")
+        else:
+            found = self.access.identify(request.path, authorization, request.headers)
+            if found is None:
+                raise Refused(401, "unauthorized", "this model needs an API key: Authorization: Bearer <key>")
+            identity = found
         try:
             async with asyncio.timeout(BODY_READ_SECONDS):
                 body = await _read_body(request, self.admission.limits.maxRequestBytes)
@@ -166,10 +143,19 @@ class Proxy:
                 408, "body_timeout", f"the request body did not arrive within {BODY_READ_SECONDS:g}s"
             ) from None
         if route is RouteClass.GENERATE:
-            return await self._admit_and_forward(request, body)
+            try:
+                return await self._admit_and_forward(request, body, identity, arrived)
+            except Refused as refused:
+                tenancy = self.admission.limits.tenancy
+                priority = tenancy.priority_of(identity.tenant, identity.priority)
+                self.metrics.tenants.refused(identity.tenant, priority, refused.reason)
+                raise
         return await self._forward(request, body)
 
-    async def _admit_and_forward(self, request: web.Request, body: bytes) -> web.StreamResponse:
+    async def _admit_and_forward(
+        self, request: web.Request, body: bytes, identity: Identity, arrived: float
+    ) -> web.StreamResponse:
+        budget = _deadline_seconds(request.headers.get(DEADLINE_HEADER))
         default = self.admission.limits.defaultMaxTokens
         try:
             if self.counter.exact and len(body) > INLINE_COUNT_BYTES:
@@ -192,9 +178,19 @@ class Proxy:
         reserve = cost.tokens
         if limits.admission == "forecast" and cost.sequences:
             reserve = self.forecast.reserve(cost.prompt_tokens, cost.sequences, cost.limit)
+        # What is left of the client's budget once its body was read and costed.
+        deadline = None if budget is None else max(0.0, budget - (time.monotonic() - arrived))
         self.queued_bytes += len(cost.body)
         try:
-            ticket = await self.admission.acquire(reserve, worst_case=cost.tokens, sequences=cost.sequences)
+            ticket = await self.admission.acquire(
+                reserve,
+                worst_case=cost.tokens,
+                sequences=cost.sequences,
+                tenant=identity.tenant,
+                priority=identity.priority,
+                deadline_seconds=deadline,
+                output_tokens=max(0, reserve - cost.prompt_tokens),
+            )
         except Rejected as rejected:
             raise Refused(rejected.status, rejected.reason, str(rejected), rejected.retry_after) from None
         finally:
@@ -214,6 +210,7 @@ class Proxy:
 
     def _count_admitted(self, ticket: Ticket) -> None:
         self.metrics.admitted.inc()
+        self.metrics.tenants.admitted(ticket.tenant, ticket.priority, ticket.tokens)
         self.metrics.queue_wait.observe(ticket.waited_seconds)
         for limit in ticket.over_limits:
             self.metrics.over_limit.labels(limit).inc()
@@ -227,7 +224,7 @@ class Proxy:
             upstream = await self.session.request(
                 request.method,
                 url,
-                headers=_forwarded(request.headers),
+                headers=forwarded_headers(request.headers),
                 data=body or None,
                 allow_redirects=False,
             )
@@ -241,47 +238,7 @@ class Proxy:
         except aiohttp.ClientError as err:
             raise Refused(502, "engine_error", f"the engine at {self.upstream} failed: {err!r}") from None
         async with upstream:
-            return await _relay(request, upstream, answered if upstream.status == 200 else None)
-
-
-async def _relay(
-    request: web.Request, upstream: aiohttp.ClientResponse, answered: Answered | None
-) -> web.StreamResponse:
-    headers = _forwarded(upstream.headers)
-    length = upstream.content_length
-    if length is not None and length <= WHOLE_BODY_BYTES:
-        # A sized, small answer (non-streaming): one read and one write beat a chunk loop.
-        body = await upstream.read()
-        if answered is not None:
-            answered.read(body)
-        return web.Response(status=upstream.status, reason=upstream.reason, headers=headers, body=body)
-    events = 0  # SSE events relayed
-    # The stream's last chunks, at least STREAM_TAIL_BYTES of them, where its final event tells the
-    # output length. Whole chunks are dropped from the front: no copy of the tail per chunk.
-    tail: collections.deque[bytes] = collections.deque()
-    kept = 0
-    response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
-    if length is not None:
-        response.content_length = length
-    await response.prepare(request)
-    try:
-        async for chunk in upstream.content.iter_any():
-            events += chunk.count(b"data:")
-            tail.append(chunk)
-            kept += len(chunk)
-            while kept - len(tail[0]) >= STREAM_TAIL_BYTES:
-                kept -= len(tail.popleft())
-            await response.write(chunk)
-    except aiohttp.ClientError as err:
-        # Headers are gone already; closing without the final chunk tells the client it is cut short.
-        log.warning("event=upstream_broke path=%s error=%r", request.path, err)
-        if request.transport is not None:
-            request.transport.close()
-        return response
-    await response.write_eof()
-    if answered is not None:
-        answered.read_stream(b"".join(tail)[-STREAM_TAIL_BYTES:], events)
-    return response
+            return await relay_answer(request, upstream, answered if upstream.status == 200 else None)
 
 
 async def _read_body(request: web.Request, limit: int) -> bytes:
@@ -298,12 +255,21 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _forwarded(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
-    forwarded = headers.copy()
-    for name in _NOT_FORWARDED:
-        if name in forwarded:
-            del forwarded[name]
-    return forwarded
+def _deadline_seconds(value: str | None) -> float | None:
+    """The client's time budget from DEADLINE_HEADER (milliseconds from now), in seconds; 400 if bad."""
+    if value is None:
+        return None
+    try:
+        millis = float(value.strip())
+    except ValueError:
+        millis = math.nan
+    if not math.isfinite(millis) or millis < 0:
+        raise Refused(
+            400,
+            "bad_request",
+            f"{DEADLINE_HEADER} must be the milliseconds the client can wait (≥ 0), got {value!r}",
+        )
+    return millis / 1000.0
 
 
 def _error_response(refused: Refused) -> web.Response:
