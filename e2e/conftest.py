@@ -24,6 +24,7 @@ from kvant_dev.cluster import LocalCluster
 from kvant_dev.model_stores import ModelStores
 from kvant_dev.netutil import free_port, http_ok, wait_until
 from kvant_dev.process import ManagedProcess
+from kvant_runtime.tinychat import ensure_tiny_chat_model
 
 REPO = Path(__file__).resolve().parent.parent
 Obj = dict[str, Any]
@@ -37,6 +38,17 @@ def metrics_adapter(cluster: LocalCluster, pytestconfig: pytest.Config) -> Local
     cluster.start_metrics_adapter()
     report_startup(pytestconfig, "prometheus + prometheus-adapter", started)
     return cluster
+
+
+@pytest.fixture(scope="session")
+def chat_model_uri(kvant_crds: LocalCluster) -> str:
+    """The tiny chat model at the node path examples/tinychat-cpu.yaml names (the real engine's model);
+    returns its file:// URI."""
+    uri: str = yaml.safe_load((REPO / "examples" / "tinychat-cpu.yaml").read_text())["spec"]["source"]["uri"]
+    shutil.copytree(
+        ensure_tiny_chat_model(), kvant_crds.node_path(uri.removeprefix("file://")), dirs_exist_ok=True
+    )
+    return uri
 
 
 @pytest.fixture(scope="session")

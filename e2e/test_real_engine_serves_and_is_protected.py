@@ -8,7 +8,6 @@ Stand-ins here, as everywhere in the local cluster: the two sgl-kernel CPU bookk
 
 from __future__ import annotations
 
-import shutil
 import time
 import urllib.request
 from collections.abc import Callable
@@ -26,11 +25,9 @@ from tests.unit.test_status_read_by_kstatus_and_argocd import kstatus
 from e2e.qm import apply, get_qm, metric_value, metrics_url, patch_spec, service_url, serving_pods, wait_ready
 from e2e.test_dashboard_and_alert_queries_return_series import alert_queries, dashboard_queries
 from e2e.test_router_discovers_engines_and_serves import workers
-from kvant_dev.cluster import LocalCluster
 from kvant_dev.loadgen import LoadShape, engine_retractions, generate_load
 from kvant_dev.prometheus import Prometheus, pod_discovery_job, static_job
 from kvant_runtime.prompt_counter import ModelTokenizer
-from kvant_runtime.tinychat import ensure_tiny_chat_model
 
 # Each test starts real engines (each about 1-3 min on a loaded 2-core machine) and loads them.
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.timeout(1500)]
@@ -44,16 +41,6 @@ PROSE = [
     "Meeting notes, Thursday: the release, the on-call rota and the office move were discussed.",
     "Measure twice and cut once is the oldest advice in the workshop, and it is still the best.",
 ]
-
-
-@pytest.fixture(scope="session")
-def chat_model_uri(kvant_crds: LocalCluster) -> str:
-    """The tiny chat model at the node path examples/tinychat-cpu.yaml names; returns its file:// URI."""
-    uri: str = yaml.safe_load(EXAMPLE.read_text())["spec"]["source"]["uri"]
-    shutil.copytree(
-        ensure_tiny_chat_model(), kvant_crds.node_path(uri.removeprefix("file://")), dirs_exist_ok=True
-    )
-    return uri
 
 
 def chat_model(name: str, **spec: Any) -> dict[str, Any]:
