@@ -155,6 +155,9 @@ def test_protection_holds_on_the_real_engine(cluster, operator, namespace, chat_
                 "admission": "worstCase",
             },
             protection={"mode": "off", "metrics": {"intervalSeconds": 2}},
+            # Bounds of one, as in the dashboard test: the replicas panel and the at-max alert have
+            # series, with no second replica.
+            autoscaling={"minReplicas": 1, "maxReplicas": 1},
         ),
     )
     wait_ready(cluster, namespace, name, timeout=READY_SECONDS)

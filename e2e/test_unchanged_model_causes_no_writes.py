@@ -11,8 +11,9 @@ from kubernetes import client
 from tests.kube_wait import wait_for
 
 from e2e.qm import apply, get_qm, metric_value, wait_ready
+from e2e.test_namespace_deletion_completes import ONE_PASS_SECONDS, SERVING_POD_GRACE_SECONDS
 
-pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
+pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.timeout(900)]  # may wait out a grace period
 
 
 def _versions(cluster, namespace: str) -> dict[str, str]:
@@ -89,7 +90,7 @@ def test_twenty_reconciles_of_an_unchanged_model_write_nothing(cluster, operator
     # engine's metrics go stale and come back on a loaded machine, leaving the status as it was): the
     # model's resourceVersion tells, and such a window is measured again.
     # The counter is the operator's, not the model's, so this model must be the only one. Earlier tests'
-    # namespaces are deleted as each ends; test_namespace_deletion_completes bounds that at 90 s. (This
+    # namespaces are deleted as each ends; test_namespace_deletion_completes bounds that. (This
     # check was out of CI for a while: integration tests left models in namespaces nobody deleted, which
     # the operator then reconciled for the rest of the session. They now remove them: qm_crd.py.)
     def others() -> list[str]:
@@ -101,10 +102,13 @@ def test_twenty_reconciles_of_an_unchanged_model_write_nothing(cluster, operator
             if (m["metadata"]["namespace"], m["metadata"]["name"]) != (namespace, "tiny")
         ]
 
+    # The previous test's namespace keeps its models until Kubernetes has waited out its serving pods'
+    # grace period (test_namespace_deletion_completes explains and bounds it).
+    bound = SERVING_POD_GRACE_SECONDS + ONE_PASS_SECONDS
     try:
-        wait_for(lambda: not others(), 120, "the other tests' models to be gone")
+        wait_for(lambda: not others(), bound, "the other tests' models to be gone", interval=2)
     except AssertionError:
-        pytest.fail(f"models outlived their tests by 120 s: {others()}")
+        pytest.fail(f"models outlived their tests by {bound} s: {others()}")
     for _ in range(5):
         requests, reconciles = _api_requests(operator), _reconciles(operator)
         version = get_qm(cluster, namespace, "tiny")["metadata"]["resourceVersion"]
