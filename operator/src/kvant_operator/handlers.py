@@ -108,50 +108,52 @@ async def model_daemon(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
     protector = ModelProtection(memo["protector"])
     settings = reconciler.settings
     failures, woken, last_resync, settled = 0, True, 0.0, False
-    while not stopped:
-        interval = settings.idle_interval
-        try:
-            plain = _plain(body)
-            protection = await asyncio.to_thread(protector.step_if_due, plain)
-            # A settled model is re-applied only when something may have changed: a watch event
-            # woke it, or a periodic resync is due (which also repairs objects edited by hand).
-            resync = woken or not settled or time.monotonic() - last_resync > settings.resync_interval
-            outcome = await asyncio.to_thread(_reconcile_once, reconciler, plain, protection, resync)
-            last_resync = time.monotonic() if resync else last_resync
-            settled = not outcome.busy
-            # A rollout is watched (wake_model), so a model waiting on one is not polled at the busy
-            # interval: 1,000 models rolling out would otherwise mean 500 reconciles a second.
-            polled = outcome.busy and outcome.status["phase"] != Phase.DEPLOYING.value
-            interval = min(
-                settings.busy_interval if polled else settings.idle_interval,
-                protector.seconds_to_next(),
-            )
-            failures = 0
-        except Exception as err:  # API trouble or a bug: back off, keep serving the other models
-            failures += 1
-            interval = min(60.0, settings.busy_interval * 2**failures)
-            operator_metrics.RECONCILES.labels("error").inc()
-            transient = isinstance(err, (ApiException, OSError))
-            log.log(
-                logging.WARNING if transient else logging.ERROR,
-                "reconcile of %s failed (%s); retrying in %.0fs",
-                _name(body),
-                err,
-                interval,
-                exc_info=not transient,
-            )
-        try:
-            await asyncio.wait_for(wakeup.wait(), timeout=interval)
-            operator_metrics.PENDING.dec()
-            woken = True
-        except TimeoutError:
-            woken = False
-        wakeup.clear()
-    if _wakeups.get(key) is wakeup:
-        del _wakeups[key]
-    _phases.pop(key, None)
-    operator_metrics.forget_model(body["metadata"]["namespace"], body["metadata"]["name"])
-    _publish_phase_counts()
+    try:
+        while not stopped:
+            interval = settings.idle_interval
+            try:
+                plain = _plain(body)
+                protection = await asyncio.to_thread(protector.step_if_due, plain)
+                # A settled model is re-applied only when something may have changed: a watch event
+                # woke it, or a periodic resync is due (which also repairs objects edited by hand).
+                resync = woken or not settled or time.monotonic() - last_resync > settings.resync_interval
+                outcome = await asyncio.to_thread(_reconcile_once, reconciler, plain, protection, resync)
+                last_resync = time.monotonic() if resync else last_resync
+                settled = not outcome.busy
+                # A rollout is watched (wake_model), so a model waiting on one is not polled at the busy
+                # interval: 1,000 models rolling out would otherwise mean 500 reconciles a second.
+                polled = outcome.busy and outcome.status["phase"] != Phase.DEPLOYING.value
+                interval = min(
+                    settings.busy_interval if polled else settings.idle_interval,
+                    protector.seconds_to_next(),
+                )
+                failures = 0
+            except Exception as err:  # API trouble or a bug: back off, keep serving the other models
+                failures += 1
+                interval = min(60.0, settings.busy_interval * 2**failures)
+                operator_metrics.RECONCILES.labels("error").inc()
+                transient = isinstance(err, (ApiException, OSError))
+                log.log(
+                    logging.WARNING if transient else logging.ERROR,
+                    "reconcile of %s failed (%s); retrying in %.0fs",
+                    _name(body),
+                    err,
+                    interval,
+                    exc_info=not transient,
+                )
+            try:
+                await asyncio.wait_for(wakeup.wait(), timeout=interval)
+                operator_metrics.PENDING.dec()
+                woken = True
+            except TimeoutError:
+                woken = False
+            wakeup.clear()
+    finally:  # also when kopf cancels the daemon (a deleted model): forget its series either way
+        if _wakeups.get(key) is wakeup:
+            del _wakeups[key]
+        _phases.pop(key, None)
+        operator_metrics.forget_model(body["metadata"]["namespace"], body["metadata"]["name"])
+        _publish_phase_counts()
 
 
 def _reconcile_once(
@@ -166,6 +168,8 @@ def _reconcile_once(
         reconciler.kube.event(body, kind, reason, message)
     operator_metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
     operator_metrics.RECONCILES.labels("busy" if outcome.busy else "settled").inc()
+    if (meta["namespace"], meta["name"]) not in _wakeups:
+        return outcome  # its daemon was cancelled (a deleted model) while this pass ran in its thread
     _phases[(meta["namespace"], meta["name"])] = outcome.status["phase"]
     operator_metrics.publish_conditions(meta["namespace"], meta["name"], outcome.status["conditions"])
     _publish_replicas(meta["namespace"], meta["name"], outcome.status.get("autoscaling"))
