@@ -11,6 +11,9 @@ Every request streams (`"stream": true` on SGLang's /generate), so time to first
 where the client sees it, and the answer's length is read from its last event. Everything is drawn
 from one seed, so a trace repeats exactly. Requests still unanswered `drain_seconds` after the last
 arrival are cut and recorded as such.
+
+A replay may add headers to each request (`headers`, called with the request's number and arrival):
+an API key naming its tenant, or `X-Kvant-Deadline-Ms`, the time the client can still wait.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import json
 import math
 import random
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import aiohttp
@@ -51,6 +55,10 @@ class Trace:
 class Arrival:
     at: float  # seconds after the start
     prompt_tokens: int
+
+
+# Extra headers for request `number` (its index in the trace), from its arrival.
+Headers = Callable[[int, "Arrival"], Mapping[str, str]]
 
 
 @dataclass
@@ -91,16 +99,28 @@ def draw_prompt(trace: Trace, rng: random.Random) -> int:
     return max(MIN_PROMPT, min(trace.max_prompt, drawn))
 
 
+def prompt_text(arrival: Arrival, number: int) -> str:
+    """The prompt sent for request `number`: its length in tokens, as the gate and simulator count."""
+    # Each prompt differs in its last bytes, so the simulator draws a new answer length for each.
+    return "x" * (CHARS_PER_TOKEN * arrival.prompt_tokens - 8) + f"{number % 10**8:08d}"
+
+
 async def _send(
-    session: aiohttp.ClientSession, url: str, outcome: Outcome, number: int, max_tokens: int
+    session: aiohttp.ClientSession,
+    url: str,
+    outcome: Outcome,
+    number: int,
+    max_tokens: int,
+    *,
+    headers: Headers | None = None,
 ) -> None:
     """One request; its outcome stays CUT if the drain ends first (the task is cancelled)."""
-    # Each prompt differs in its last bytes, so the simulator draws a new answer length for each.
-    text = "x" * (CHARS_PER_TOKEN * outcome.arrival.prompt_tokens - 8) + f"{number % 10**8:08d}"
+    text = prompt_text(outcome.arrival, number)
     body = {"text": text, "sampling_params": {"max_new_tokens": max_tokens}, "stream": True}
+    extra = dict(headers(number, outcome.arrival)) if headers is not None else None
     sent = time.monotonic()
     try:
-        async with session.post(url, json=body) as response:
+        async with session.post(url, json=body, headers=extra) as response:
             if response.status != 200:
                 await response.read()
                 outcome.status = response.status
@@ -130,7 +150,9 @@ def _last_count(tail: bytes) -> int:
     return 0
 
 
-async def replay(base_url: str, trace: Trace, drain_seconds: float) -> list[Outcome]:
+async def replay(
+    base_url: str, trace: Trace, drain_seconds: float, headers: Headers | None = None
+) -> list[Outcome]:
     """Sends every arrival at its time and waits at most `drain_seconds` past the last for answers."""
     outcomes = [Outcome(a) for a in arrivals(trace)]
     url = f"{base_url}/generate"
@@ -142,7 +164,8 @@ async def replay(base_url: str, trace: Trace, drain_seconds: float) -> list[Outc
         tasks = []
         for number, outcome in enumerate(outcomes):
             await asyncio.sleep(max(0.0, start + outcome.arrival.at - time.monotonic()))
-            tasks.append(asyncio.create_task(_send(session, url, outcome, number, trace.max_tokens)))
+            sent = _send(session, url, outcome, number, trace.max_tokens, headers=headers)
+            tasks.append(asyncio.create_task(sent))
         _, pending = await asyncio.wait(tasks, timeout=max(0.0, deadline - time.monotonic()))
         for task in pending:
             task.cancel()
@@ -150,5 +173,7 @@ async def replay(base_url: str, trace: Trace, drain_seconds: float) -> list[Outc
     return outcomes
 
 
-def replay_trace(base_url: str, trace: Trace, drain_seconds: float) -> list[Outcome]:
-    return asyncio.run(replay(base_url, trace, drain_seconds))
+def replay_trace(
+    base_url: str, trace: Trace, drain_seconds: float, headers: Headers | None = None
+) -> list[Outcome]:
+    return asyncio.run(replay(base_url, trace, drain_seconds, headers))
