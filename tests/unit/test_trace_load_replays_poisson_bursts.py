@@ -84,3 +84,28 @@ def test_requests_unanswered_at_the_end_of_the_drain_are_cut() -> None:
         assert outcomes and all(o.status == CUT and o.latency is None for o in outcomes)
 
     run(scenario())
+
+
+def test_each_request_carries_the_headers_made_for_it() -> None:
+    sim = SimServer(_simulator(0.001), ServerInfo("tiny"))
+    app = sim.app()
+    seen: dict[str, str] = {}
+
+    async def record(request: Any, _response: Any) -> None:
+        if request.path == "/generate":
+            seen[request.headers["X-Request-Number"]] = request.headers["X-Arrival-Ms"]
+
+    app.on_response_prepare.append(record)
+    trace = Trace(rate=20.0, seconds=1.0, prompt_median=50, max_tokens=8, max_prompt=200)
+    expected = {str(n): str(round(a.at * 1000)) for n, a in enumerate(arrivals(trace))}
+
+    def headers(number: int, arrival: Any) -> dict[str, str]:
+        return {"X-Request-Number": str(number), "X-Arrival-Ms": str(round(arrival.at * 1000))}
+
+    async def scenario() -> None:
+        async with serving(app) as url:
+            outcomes = await replay(url, trace, drain_seconds=20.0, headers=headers)
+        assert all(o.status == 200 for o in outcomes)
+        assert seen == expected
+
+    run(scenario())
