@@ -124,19 +124,25 @@ def test_real_engine_serves_openai_clients_through_the_router(cluster, operator,
 
 
 # A 2,048-token cache (kvCacheMiB 1: the tiny model's KV takes 512 bytes a token). The engine runs at
-# most 8 requests at once (--max-running-requests: the plan's KV tokens / 256) and admits one with room
-# for its prompt plus 0.7 x its limit (SGLang's new_token_ratio), so 8 requests of ~30 prompt tokens
-# asking for 300 each are admitted together (8 x 240 tokens) and then outgrow the cache (8 x 330):
-# with every answer running to its limit (min_new_tokens), the engine must retract.
+# most 8 requests at once (--max-running-requests: the plan's KV tokens / 256). Every answer runs to
+# its limit (min_new_tokens), so the engine must retract in two ways:
+# - the first burst: SGLang admits a request with room for its prompt (~40 tokens) plus 0.7 x its
+#   limit (new_token_ratio), so 5 are admitted together (5 x 390) and then outgrow the cache
+#   (5 x 540), unless their starts spread over more than ~130 tokens of decoding;
+# - the steady state: once the ratio has decayed (to 0.1), 8 requests run at once, at every stage of
+#   their answers, holding 8 x (40 + 500 / 2) = 2,320 tokens on average.
+# A limit of 300 relied on the first burst alone (at a steady 8 x 190 tokens the cache holds), and one
+# CI run saw no retraction in 65 answers (the cause is not established; starts spread out on a loaded
+# machine is the likeliest). Run alone with 500: 15 answers and 3 retractions unprotected, none enforced.
 OVERLOAD = LoadShape(
     clients=16,
     seconds=40,
-    prompt_tokens=30,
-    new_tokens=300,
+    prompt_tokens=40,
+    new_tokens=500,
     slo_seconds=120,
     texts=tuple(PROSE),
     run_to_limit=True,
-    drain_seconds=120,  # what was sent finishes, or the gate answers it: no request is cut by the client
+    drain_seconds=180,  # what was sent finishes, or the gate answers it: no request is cut by the client
 )
 SMALL_CACHE = {"memoryGiB": 4, "cores": 1, "kvCacheMiB": 1}
 # With enforce the gate reserves each answer's whole limit (worstCase, as answers all run to it), so the
@@ -178,7 +184,7 @@ def test_protection_holds_on_the_real_engine(cluster, operator, namespace, chat_
         before = engine_retractions(metrics_url(pod))
         off = generate_load(url, OVERLOAD)
         off_retractions = engine_retractions(metrics_url(pod)) - before
-        assert off_retractions > 0, (dict(off.statuses), off_retractions)
+        assert off_retractions > 0, (dict(off.statuses), off.errors, off_retractions)
 
         # The protection mode and limits are live: the gate follows the edit, no pod restarts.
         patch_spec(cluster, namespace, name, {"protection": {"mode": "enforce"}})
@@ -194,6 +200,7 @@ def test_protection_holds_on_the_real_engine(cluster, operator, namespace, chat_
             "off": (dict(off.statuses), off_retractions),
             "enforce": (dict(enforced.statuses), enforce_retractions),
         }
+        print(f"protection off and enforced: {summary}")
         assert enforce_retractions <= ENFORCE_RETRACTIONS_BOUND, summary
         assert set(enforced.statuses) <= {200, 429, 503} and enforced.errors == 0, summary
         assert enforced.statuses[200] > 0, summary
