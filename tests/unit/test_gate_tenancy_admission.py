@@ -110,24 +110,30 @@ def test_one_tenant_in_one_class_is_fifo_and_an_earlier_deadline_goes_first() ->
 async def _simulate(
     admission: Admission, clock: Clock, arrivals: dict[str, int], ticks: int, tokens: int = 100
 ) -> collections.Counter[str]:
-    """Each tick, everything in flight finishes, then each tenant sends its arrivals; returns the
-    tokens admitted per tenant."""
+    """Each tick, everything in flight finishes, then the tenants send their arrivals, interleaved
+    (a tenant sending twice as many sends two for the other's one); returns the tokens admitted per
+    tenant. Requests refused or evicted are dropped, as a client given 429 goes away."""
     running: list[Ticket] = []
     pending: set[asyncio.Task[Ticket]] = set()
     admitted: collections.Counter[str] = collections.Counter()
+    spread = sorted(
+        ((number + 0.5) / count, tenant) for tenant, count in arrivals.items() for number in range(count)
+    )
     for _ in range(ticks):
         clock.now += 1.0
         for ticket in running:
             admission.release(ticket)
         running = []
-        for tenant, count in arrivals.items():
-            pending.update(_task(admission.acquire(tokens, tenant=tenant)) for _ in range(count))
+        for _, tenant in spread:
+            pending.add(_task(admission.acquire(tokens, tenant=tenant)))
+            await asyncio.sleep(0)  # each arrives, and is queued or refused, before the next
         await settle()
         for task in [task for task in pending if task.done()]:
             pending.discard(task)
-            ticket = task.result()
-            running.append(ticket)
-            admitted[ticket.tenant] += ticket.tokens
+            if task.exception() is None:
+                ticket = task.result()
+                running.append(ticket)
+                admitted[ticket.tenant] += ticket.tokens
     await _cancel(*pending)
     for ticket in running:
         admission.release(ticket)
@@ -157,6 +163,134 @@ def test_equal_tenants_get_equal_tokens_though_one_asks_twice_as_fast() -> None:
         admission = _admission(clock, maxConcurrency=10, maxQueued=100_000)
         admitted = await _simulate(admission, clock, {"A": 8, "B": 16}, ticks=60)
         assert abs(admitted["A"] - admitted["B"]) <= 0.2 * max(admitted["A"], admitted["B"]), admitted
+
+    run(scenario())
+
+
+def test_a_full_queue_keeps_the_fair_share_when_one_tenant_asks_twice_as_fast() -> None:
+    """A queue of 10 that fills every tick: who is refused at the door decides the split, and the
+    tenant sending twice as many would hold twice the slots if the arrival were simply refused."""
+
+    async def scenario() -> None:
+        clock = Clock()
+        admission = _admission(clock, maxConcurrency=10, maxQueued=10)
+        admitted = await _simulate(admission, clock, {"A": 8, "B": 16}, ticks=60)
+        assert admitted["A"] >= 0.8 * admitted["B"], admitted
+        assert admitted["A"] + admitted["B"] >= 0.95 * 10 * 100 * 60  # the replica stayed full
+
+    run(scenario())
+
+
+def test_a_full_queue_evicts_the_newest_request_of_the_tenant_furthest_over_its_share() -> None:
+    async def scenario() -> None:
+        admission = _admission(maxConcurrency=2, maxQueued=3, retryAfterSeconds=7)
+        holders = [
+            await admission.acquire(100, tenant="modest"),
+            await admission.acquire(1000, tenant="greedy"),
+        ]
+        greedy = [_task(admission.acquire(1, tenant="greedy")) for _ in range(3)]
+        await settle()
+        assert admission.queue_length == 3
+        assert admission.fair_share_counter("greedy") > admission.fair_share_counter("modest")
+
+        modest = _task(admission.acquire(1, tenant="modest"))
+        await settle()
+        assert not modest.done() and admission.queue_length == 3
+        assert greedy[-1].done() and not any(task.done() for task in greedy[:-1])
+        refused = greedy[-1].exception()
+        assert isinstance(refused, Rejected)
+        assert (refused.reason, refused.status, refused.retry_after) == ("evicted", 429, 7)
+        assert "'greedy' is the furthest over its fair share" in str(refused)
+
+        # The tenant further over its share is refused itself, not given a place.
+        with pytest.raises(Rejected, match="further over its fair share") as full:
+            await admission.acquire(1, tenant="greedy")
+        assert full.value.reason == "queue_full"
+        await _cancel(modest, *greedy[:-1])
+        for ticket in holders:
+            admission.release(ticket)
+
+    run(scenario())
+
+
+def test_tenants_level_in_their_share_refuse_the_arrival_and_evict_nobody() -> None:
+    async def scenario() -> None:
+        admission = _admission(maxQueued=2)
+        holder = await admission.acquire(1, tenant="a")
+        queued = [_task(admission.acquire(1, tenant=tenant)) for tenant in ("a", "b")]
+        await settle()
+        with pytest.raises(Rejected) as full:  # b's counter (lifted to a's) is a's: neither is further over
+            await admission.acquire(1, tenant="b")
+        assert full.value.reason == "queue_full"
+        assert not any(task.done() for task in queued)
+        await _cancel(*queued)
+        admission.release(holder)
+
+    run(scenario())
+
+
+def test_a_full_queue_never_evicts_a_higher_class_however_far_over_its_share() -> None:
+    async def scenario() -> None:
+        admission = _admission(maxConcurrency=2, maxQueued=2, tenancy={"sheddableQueueShare": 1.0})
+        big = await admission.acquire(10_000, tenant="hog")  # far over anyone's share
+        holder = await admission.acquire(1, tenant="hog")
+        critical = [_task(admission.acquire(1, tenant="hog", priority="critical")) for _ in range(2)]
+        await settle()
+        with pytest.raises(Rejected) as standard:
+            await admission.acquire(1, tenant="fresh")
+        assert standard.value.reason == "queue_full"
+        with pytest.raises(Rejected) as sheddable:
+            await admission.acquire(1, tenant="fresh", priority="sheddable")
+        assert sheddable.value.reason == "queue_full"
+        assert not any(task.done() for task in critical)
+        await _cancel(*critical)
+        admission.release(big)
+        admission.release(holder)
+
+    run(scenario())
+
+
+def test_a_full_queue_evicts_the_lowest_class_first_then_its_tenant_furthest_over() -> None:
+    async def scenario() -> None:
+        admission = _admission(maxConcurrency=2, maxQueued=3, tenancy={"sheddableQueueShare": 1.0})
+        # light first: heavy, lifted to light's counter, ends 1,000 further over its share.
+        holders = [await admission.acquire(1, tenant="light"), await admission.acquire(1000, tenant="heavy")]
+        standard = _task(admission.acquire(1, tenant="light"))
+        heavy = _task(admission.acquire(1, tenant="heavy", priority="sheddable"))
+        light = _task(admission.acquire(1, tenant="light", priority="sheddable"))
+        await settle()
+        # A critical arrival: sheddable goes before standard, and of sheddable the tenant furthest over
+        # its share, though its request is older than light's.
+        critical = _task(admission.acquire(1, tenant="light", priority="critical"))
+        await settle()
+        assert heavy.done() and heavy.exception().reason == "evicted"  # type: ignore[union-attr]
+        assert "sheddable requests are shed first" in str(heavy.exception())
+        assert not any(task.done() for task in (standard, light, critical))
+        await _cancel(standard, light, critical)
+        for ticket in holders:
+            admission.release(ticket)
+
+    run(scenario())
+
+
+def test_sheddable_work_at_its_queue_share_evicts_the_sheddable_tenant_furthest_over() -> None:
+    async def scenario() -> None:
+        admission = _admission(maxConcurrency=2, maxQueued=4, tenancy={"sheddableQueueShare": 0.5})
+        holders = [
+            await admission.acquire(1, tenant="trickle"),
+            await admission.acquire(1000, tenant="flood"),
+        ]
+        flood = [_task(admission.acquire(1, tenant="flood", priority="sheddable")) for _ in range(2)]
+        await settle()
+        trickle = _task(admission.acquire(1, tenant="trickle", priority="sheddable"))
+        await settle()
+        assert flood[1].done() and flood[1].exception().reason == "evicted"  # type: ignore[union-attr]
+        assert not flood[0].done() and not trickle.done()
+        with pytest.raises(Rejected, match="sheddableQueueShare"):  # flood is further over: refused
+            await admission.acquire(1, tenant="flood", priority="sheddable")
+        await _cancel(flood[0], trickle)
+        for ticket in holders:
+            admission.release(ticket)
 
     run(scenario())
 
@@ -260,37 +394,40 @@ def test_sheddable_work_fills_at_most_its_share_of_the_queue() -> None:
     run(scenario())
 
 
-def test_the_critical_reserve_keeps_room_while_critical_work_runs() -> None:
+@pytest.mark.parametrize("below", ["standard", "sheddable"])
+def test_the_critical_reserve_keeps_room_from_standard_and_sheddable_work(below: Priority) -> None:
     async def scenario() -> None:
         admission = _admission(maxConcurrency=10, tenancy={"criticalReserve": 0.2})
         critical = await admission.acquire(1, priority="critical")
-        # Sheddable work runs below 80% of the concurrency while a critical request is in flight.
-        sheddable = [await admission.acquire(1, priority="sheddable") for _ in range(7)]
+        # Work below critical runs below 80% of the concurrency while a critical request is in flight.
+        others = [await admission.acquire(1, priority=below) for _ in range(7)]
         assert admission.in_flight == 8
-        blocked = _task(admission.acquire(1, priority="sheddable"))
+        blocked = _task(admission.acquire(1, priority=below))
         await settle()
         assert not blocked.done()
-        standard = await admission.acquire(1)  # the reserve is for anything above sheddable
+        second_critical = await admission.acquire(1, priority="critical")  # the reserve is critical's
         assert admission.in_flight == 9
+        admission.release(second_critical)
         admission.release(critical)  # no critical work left: the reserve is free again
         await settle()
         assert blocked.done()
-        for ticket in [*sheddable, standard, blocked.result()]:
+        for ticket in [*others, blocked.result()]:
             admission.release(ticket)
 
-        # The same for tokens: sheddable work stays within 80% of the token budget (950 of 1000 here).
+        # The same for tokens: other work stays within 80% of the token budget (950 of 1000 here).
         admission.set_token_capacity(1000)
         assert admission.token_budget == 950
         critical = await admission.acquire(95, priority="critical")
-        within = await admission.acquire(570, priority="sheddable")  # 665 in flight of 760
-        over_reserve = _task(admission.acquire(142, priority="sheddable"))  # 807 would pass 760
+        within = await admission.acquire(570, priority=below)  # 665 in flight of 760
+        over_reserve = _task(admission.acquire(142, priority=below))  # 807 would pass 760
         await settle()
         assert not over_reserve.done()
-        standard = await admission.acquire(142)  # 807 of 950: room for anything above sheddable
+        second_critical = await admission.acquire(142, priority="critical")  # 807 of 950: critical's room
+        admission.release(second_critical)
         admission.release(critical)
         await settle()
-        assert over_reserve.done()  # 854 of 950, now that no critical work is left
-        for ticket in (within, standard, over_reserve.result()):
+        assert over_reserve.done()  # 712 of 950, now that no critical work is left
+        for ticket in (within, over_reserve.result()):
             admission.release(ticket)
 
     run(scenario())
@@ -387,6 +524,51 @@ def test_a_tenant_over_its_token_rate_is_told_when_to_retry() -> None:
         assert (await admission.acquire(600, tenant="metered")).tokens == 600
         for ticket in (first, others, second):
             admission.release(ticket)
+
+    run(scenario())
+
+
+def test_a_refund_gives_back_what_was_charged_though_the_limits_changed_meanwhile() -> None:
+    async def scenario() -> None:
+        clock = Clock()
+        unmetered = parse_limits({"maxConcurrency": 1, "queueTimeoutSeconds": 3600})
+        metered = parse_limits(
+            {
+                "maxConcurrency": 1,
+                "queueTimeoutSeconds": 3600,
+                "tenancy": {"tenants": [{"name": "t", "tokensPerMinute": 600}]},  # 10 tokens a second
+            }
+        )
+        admission = Admission(unmetered, clock=clock)
+        holder = await admission.acquire(1, tenant="other")
+        # Charged nothing: t had no rate when it arrived. The rate is added while it waits.
+        free = _task(admission.acquire(500, tenant="t"))
+        await settle()
+        admission.set_limits(metered)
+        charged = _task(admission.acquire(500, tenant="t"))  # 500 of the 600 taken
+        await settle()
+        await _cancel(free)  # gives back nothing, though t now has a rate
+        with pytest.raises(Rejected) as over:
+            await admission.acquire(500, tenant="t")
+        assert over.value.reason == "tenant_rate"
+
+        # Charged 500 from a bucket the limits then dropped and made anew: the new one gets nothing back.
+        admission.set_limits(unmetered)
+        admission.set_limits(metered)
+        fresh = _task(admission.acquire(500, tenant="t"))  # a new, full bucket: 100 left
+        await settle()
+        await _cancel(charged)
+        with pytest.raises(Rejected) as still_over:
+            await admission.acquire(500, tenant="t")
+        assert still_over.value.reason == "tenant_rate"
+
+        # To its own bucket a refund gives back what it took: the full 600 again.
+        await _cancel(fresh)
+        whole = _task(admission.acquire(600, tenant="t"))
+        await settle()
+        assert not whole.done()  # past the rate, waiting for the slot
+        await _cancel(whole)
+        admission.release(holder)
 
     run(scenario())
 

@@ -76,8 +76,9 @@ class Tenancy:
     outputTokenWeight: float = 2.0
     # The share of maxQueued sheddable work may fill, so a sheddable flood leaves room for the rest.
     sheddableQueueShare: float = 0.5
-    # The share of the concurrency and token budget held back from sheddable work while critical work
-    # is queued or in flight, so a critical burst finds room without evicting running requests.
+    # The share of the concurrency and token budget held back from standard and sheddable work while
+    # critical work is queued or in flight, so a critical burst finds room without evicting running
+    # requests.
     criticalReserve: float = 0.2
 
     def tenant(self, name: str) -> Tenant | None:

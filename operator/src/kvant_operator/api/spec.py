@@ -873,8 +873,8 @@ class TenancySpec(ApiModel):
         default=TENANCY_DEFAULTS.criticalReserve,
         ge=0,
         lt=1,
-        description="The share of the concurrency and token budget held back from sheddable work while "
-        "critical work is queued or in flight.",
+        description="The share of the concurrency and token budget held back from standard and "
+        "sheddable work while critical work is queued or in flight.",
     )
 
 

@@ -5,42 +5,41 @@ limit (`admission: worstCase`) or the forecast of its output (`forecast`, see `f
 In `enforce` mode it runs when both hold:
 - in-flight requests < the effective concurrency;
 - in-flight tokens + its tokens + `margin(sequences in flight with it)` ≤ the token budget (the
-  margin is the forecast's allowance for the in-flight total's spread; 0 in worstCase): the
-  engine's max_total_num_tokens less
-  `ESTIMATE_HEADROOM` for the prompt estimate's error (kvant_runtime.tokens). With worst-case
-  reservations each request reserves more than the engine ever holds for it, so requests that
-  fit the budget together can never make the engine retract; forecast reservations trade that
-  bound for admitting what answers that end early really take. (`targetTokenUsage` is the local
-  loop's target for the engine's live token_usage, see `concurrency`, not a cap on
-  reservations.) A request whose worst case is larger than the whole budget is refused with
-  413, or with `oversizeRequests: runAlone` runs alone, so it is never starved. While the
-  engine's capacity is unknown (and no planned capacity was given) the token check is skipped.
+  margin is the forecast's allowance for the in-flight total's spread; 0 in worstCase): the engine's
+  max_total_num_tokens less `ESTIMATE_HEADROOM` for the prompt estimate's error (kvant_runtime.tokens).
+  With worst-case reservations each request reserves more than the engine ever holds for it, so
+  requests that fit the budget together can never make the engine retract; forecast reservations
+  trade that bound for admitting what answers that end early really take. (`targetTokenUsage` is the
+  local loop's target for the engine's live token_usage, see `concurrency`, not a cap on
+  reservations.) A request whose worst case is larger than the whole budget is refused with 413, or
+  with `oversizeRequests: runAlone` runs alone, so it is never starved. While the engine's capacity
+  is unknown (and no planned capacity was given) the token check is skipped.
 
 Otherwise it waits in a bounded queue, at most `queueTimeoutSeconds`. Many tenants share it
 (kvant_contracts.tenancy); the next request to run is chosen by class, then fair share among the
-tenants, then deadline, then arrival (see `fair_queue`).
-The chosen request is not overtaken: a large one that does not fit yet blocks the smaller ones
-behind it, so it is never starved. One tenant in one class is therefore strict FIFO, as before.
+tenants, then deadline, then arrival (see `fair_queue`). The chosen request is not overtaken: a large
+one that does not fit yet blocks the smaller ones behind it, so it is never starved.
 
-Shedding, lowest class first: sheddable requests fill at most `sheddableQueueShare` of maxQueued; a
-critical or standard request that finds the queue full evicts the newest queued request of a lower
-class (429 + Retry-After, reason `evicted`) and takes its place, so critical is refused last. While a
-critical request is queued or in flight, sheddable ones are admitted only below (1 -
-`criticalReserve`) of the concurrency and of the token budget, keeping room for the critical burst
-(at a concurrency of 1, that is no room at all for sheddable work beside critical work).
-Running sheddable requests are never evicted: that would throw away the KV cache they have computed,
-and whether the room it frees is worth the recomputation is to be measured first.
+Shedding, lowest class first: sheddable requests fill at most `sheddableQueueShare` of maxQueued. A
+request that finds the queue (or sheddable work its share) full evicts a queued one (429 + Retry-After,
+reason `evicted`) and takes its place: the newest of the lowest class below its own, else, in its own
+class, the newest of the tenant furthest over its fair share if further over than its own
+(`FairQueue.victim`); otherwise it is refused (`queue_full`). So critical is refused last, and a tenant
+sending more than its share cannot hold the queue against one sending less. While a critical request
+is queued or in flight, other requests are admitted only below (1 - `criticalReserve`) of the
+concurrency and of the token budget, keeping room for the critical burst.
+Running requests are never evicted: that would throw away the KV cache they have computed.
 
-Deadlines: a request waits at most min(queueTimeoutSeconds, its `X-Kvant-Deadline-Ms` budget). Its
-wait is estimated from the tokens queued ahead of it (same or higher class) over the measured drain
-rate (`drain_rate`); when the estimate says it cannot start in time it is refused at once (429,
-reason `deadline`) instead of waiting out its timeout. The timeout stays the backstop.
+Deadlines: a request waits at most min(queueTimeoutSeconds, its `X-Kvant-Deadline-Ms` budget). Its wait
+is estimated from the tokens queued ahead of it (same or higher class) over the measured drain rate
+(`drain_rate`); when it cannot start in time it is refused at once (429, reason `deadline`) instead of
+waiting out its timeout. The timeout stays the backstop.
 
-A tenant with `tokensPerMinute` has a token bucket (`rate_buckets`); a request over it is refused
-with 429 and the seconds until it would fit (reason `tenant_rate`).
+A tenant with `tokensPerMinute` has a token bucket (`rate_buckets`); a request over it is refused with
+429 and the seconds until it would fit (reason `tenant_rate`).
 
-`observe` admits everything and reports which limit it would have waited for; `off` admits
-everything. In-flight counts are kept in every mode, so switching modes is seamless.
+`observe` admits everything and reports which limit it would have waited for; `off` admits everything.
+In-flight counts are kept in every mode, so switching modes is seamless.
 """
 
 from __future__ import annotations
@@ -172,7 +171,7 @@ class Admission:
             over: tuple[str, ...] = ()
             if self.limits.mode == "observe":
                 over = self._over_limits(tokens, sequences, klass)
-                if self._rates.take(tenant, tokens, tenancy.tokens_per_minute(tenant)) is not None:
+                if isinstance(self._rates.take(tenant, tokens, tenancy.tokens_per_minute(tenant)), float):
                     over += ("tenant_rate",)
             self._queue.enter(tenant)
             self._take(tokens, sequences, klass)
@@ -181,9 +180,9 @@ class Admission:
         budget = self.token_budget
         if budget is not None and worst > budget and self.limits.oversizeRequests == "refuse":
             raise refusals.too_large(worst, budget)
-        wait = self._rates.take(tenant, tokens, tenancy.tokens_per_minute(tenant))
-        if wait is not None:
-            raise refusals.over_rate(tenant, tenancy.tokens_per_minute(tenant), tokens, wait)
+        charge = self._rates.take(tenant, tokens, tenancy.tokens_per_minute(tenant))
+        if isinstance(charge, float):
+            raise refusals.over_rate(tenant, tenancy.tokens_per_minute(tenant), tokens, charge)
         try:
             return await self._admit_or_wait(
                 tokens=tokens,
@@ -195,7 +194,7 @@ class Admission:
                 deadline_seconds=deadline_seconds,
             )
         except BaseException:  # refused, evicted, timed out, or the client left: the tokens were not used
-            self._rates.refund(tenant, tokens, self.limits.tenancy.tokens_per_minute(tenant))
+            self._rates.refund(charge)  # what was charged, whatever the limits say now
             raise
 
     def release(self, ticket: Ticket) -> None:
@@ -242,7 +241,7 @@ class Admission:
             self._queue.charge(self.limits.tenancy, tenant, tokens, output)
             return Ticket(tokens, 0.0, sequences=sequences, tenant=tenant, priority=klass)
         self._refuse_if_late(waiter, timeout)
-        self._make_room(klass)
+        self._make_room(waiter)
         self._queue.enter(tenant)
         self._queue.push(waiter)
         self._drain.backlog(self._clock(), waiting=len(self._queue) > 0)
@@ -256,22 +255,29 @@ class Admission:
         if why is not None:
             raise refusals.too_late(self.limits, timeout, why)
 
-    def _make_room(self, klass: Priority) -> None:
-        """Refuses the arrival, or evicts a lower class's newest request, when the queue has no room."""
+    def _make_room(self, waiter: Waiter) -> None:
+        """Refuses the arrival, or evicts the queued request `FairQueue.victim` gives up for it, when
+        the queue (or, for sheddable work, its share of it) has no room."""
         limits = self.limits
         queue = self._queue
-        if klass == "sheddable":
+        if waiter.priority == "sheddable":
             room = int(limits.tenancy.sheddableQueueShare * limits.maxQueued)
-            if queue.waiters["sheddable"] >= room:
+            if queue.waiters["sheddable"] >= room and not self._evict_for(waiter):
                 raise refusals.sheddable_share_full(limits, queue.waiters["sheddable"])
-        if len(queue) < limits.maxQueued:
-            return
-        victim = self._queue.newest_below(klass)
-        if victim is None:
+        if len(queue) >= limits.maxQueued and not self._evict_for(waiter):
             raise refusals.queue_full(limits, len(queue))
-        queue.remove(victim)
+
+    def _evict_for(self, waiter: Waiter) -> bool:
+        """Evicts the request the queue gives up for `waiter` (429 + Retry-After); False when none."""
+        victim = self._queue.victim(self.limits.tenancy, waiter)
+        if victim is None:
+            return False
+        self._queue.remove(victim)
         self._queue.leave(victim.tenant)
-        victim.future.set_exception(refusals.evicted(limits, klass, victim.priority))
+        victim.future.set_exception(
+            refusals.evicted(self.limits, waiter.priority, victim.priority, victim.tenant)
+        )
+        return True
 
     async def _wait(self, waiter: Waiter, timeout: float, reason: str) -> Ticket:
         try:
@@ -295,7 +301,7 @@ class Admission:
     def _over_limits(self, tokens: int, sequences: int, priority: Priority = "standard") -> tuple[str, ...]:
         over: list[str] = []
         share = 1.0
-        if priority == "sheddable" and (self._critical_in_flight or self._queue.waiters["critical"]):
+        if priority != "critical" and (self._critical_in_flight or self._queue.waiters["critical"]):
             share = 1.0 - self.limits.tenancy.criticalReserve  # room held back for critical work
         if self.in_flight >= share * self.concurrency:
             over.append("concurrency")

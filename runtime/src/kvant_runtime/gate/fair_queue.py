@@ -1,4 +1,5 @@
-"""The order of the gate's queue: who of the waiting requests goes next. Pure bookkeeping, no waiting.
+"""The order of the gate's queue: who of the waiting requests goes next, and who is given up when it
+is full. Pure bookkeeping, no waiting.
 
 Many tenants share the queue (kvant_contracts.tenancy); the next request to run is chosen by
 1. priority class: critical, then standard, then sheddable;
@@ -8,6 +9,11 @@ Many tenants share the queue (kvant_contracts.tenancy); the next request to run 
    goes next. A tenant that becomes active again (nothing queued or in flight before) is lifted to
    the smallest counter among the active ones, so idling earns no credit;
 3. then the earliest deadline, then arrival.
+
+A full queue gives up (`victim`) the newest request of the lowest class queued, and within the
+arrival's own class that of the tenant furthest over its fair share (the highest counter, counting
+its queued requests as admitted), but only when that tenant is further over than the arrival's: the
+counter decides at the door as it does in the queue.
 """
 
 from __future__ import annotations
@@ -86,20 +92,36 @@ class FairQueue:
     def by_tenant(self) -> dict[tuple[str, Priority], int]:
         return {(tenant, priority): len(group) for (priority, tenant), group in self.groups.items()}
 
-    def newest_below(self, klass: Priority) -> Waiter | None:
-        """The newest queued request of the lowest class below `klass`, if any."""
+    def victim(self, tenancy: Tenancy, arrival: Waiter) -> Waiter | None:
+        """The queued request a full queue gives up for `arrival`, or None when the arrival is refused.
+
+        From the lowest class with any queued at or below the arrival's (sheddable before standard;
+        never a higher class), the newest request of the tenant furthest over its fair share: the
+        highest counter as it would be were everything the tenant has queued admitted. In a lower
+        class that request always goes; in the arrival's own class only when its tenant would still be
+        further over than the arrival's tenant with the arrival. So a tenant sending more than its
+        share cannot hold the queue's slots against one sending less, and two level tenants do not
+        evict each other's requests back and forth."""
         for lower in reversed(PRIORITIES):
-            if rank(lower) <= rank(klass):
+            if rank(lower) < rank(arrival.priority):
                 return None
-            candidates = [
-                entry[2]
-                for (priority, _), group in self.groups.items()
+            queued = {
+                tenant: [entry[2] for entry in group if not entry[2].future.done()]
+                for (priority, tenant), group in self.groups.items()
                 if priority == lower
-                for entry in group
-                if not entry[2].future.done()
-            ]
-            if candidates:
-                return max(candidates, key=lambda waiter: waiter.arrival)
+            }
+            queued = {tenant: waiters for tenant, waiters in queued.items() if waiters}
+            if not queued:
+                continue
+            projected = self._projected(tenancy)
+            furthest = max(queued, key=lambda tenant: projected[tenant])
+            if lower == arrival.priority:
+                mine = projected.get(arrival.tenant, self._lifted(arrival.tenant)) + cost(
+                    tenancy, arrival.tenant, arrival.tokens, arrival.output_tokens
+                )
+                if projected[furthest] <= mine:
+                    return None
+            return max(queued[furthest], key=lambda waiter: waiter.arrival)
         return None
 
     def counter(self, tenant: str) -> float:
@@ -146,13 +168,23 @@ class FairQueue:
 
     def charge(self, tenancy: Tenancy, tenant: str, tokens: int, output: int) -> None:
         """Counts an admitted request of `tokens`, `output` of them reserved output, to its tenant."""
-        cost = (tokens - output) + tenancy.outputTokenWeight * output
-        self._counters[tenant] = self._counters.get(tenant, 0.0) + cost / tenancy.weight_of(tenant)
+        self._counters[tenant] = self._counters.get(tenant, 0.0) + cost(tenancy, tenant, tokens, output)
 
     def _key(
         self, priority: Priority, tenant: str, deadline: float, arrival: int
     ) -> tuple[int, float, float, int]:
         return (rank(priority), self._counters.get(tenant, 0.0), deadline, arrival)
+
+    def _projected(self, tenancy: Tenancy) -> dict[str, float]:
+        """Each queued tenant's counter (lifted, if it is not active) were all its queued requests
+        admitted."""
+        projected: dict[str, float] = {}
+        for (_, tenant), group in self.groups.items():
+            for _, _, waiter in group:
+                if not waiter.future.done():
+                    queued = cost(tenancy, tenant, waiter.tokens, waiter.output_tokens)
+                    projected[tenant] = projected.get(tenant, self._lifted(tenant)) + queued
+        return projected
 
     def _lifted(self, tenant: str) -> float:
         """The tenant's counter once active: an idle tenant rises to the least active one's counter."""
@@ -161,3 +193,8 @@ class FairQueue:
             return own
         others = [self._counters.get(name, 0.0) for name in self._active]
         return max(own, min(others)) if others else own
+
+
+def cost(tenancy: Tenancy, tenant: str, tokens: int, output: int) -> float:
+    """What a request of `tokens`, `output` of them reserved output, adds to its tenant's counter."""
+    return ((tokens - output) + tenancy.outputTokenWeight * output) / tenancy.weight_of(tenant)

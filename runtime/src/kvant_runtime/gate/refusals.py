@@ -54,7 +54,8 @@ def sheddable_share_full(limits: Limits, waiting: int) -> Rejected:
         limits.retryAfterSeconds,
         f"sheddable requests fill their share of the gate's queue ({waiting} "
         f"waiting, sheddableQueueShare={limits.tenancy.sheddableQueueShare:g} of "
-        f"maxQueued={limits.maxQueued})",
+        f"maxQueued={limits.maxQueued}), and none of them is of a tenant further over its fair share "
+        "than this one's",
     )
 
 
@@ -62,15 +63,20 @@ def queue_full(limits: Limits, waiting: int) -> Rejected:
     return Rejected(
         "queue_full",
         limits.retryAfterSeconds,
-        f"the gate's queue is full ({waiting} waiting, maxQueued={limits.maxQueued})",
+        f"the gate's queue is full ({waiting} waiting, maxQueued={limits.maxQueued}), and no request "
+        "in it is of a lower class or of a tenant further over its fair share than this one's",
     )
 
 
-def evicted(limits: Limits, klass: Priority, victim: Priority) -> Rejected:
+def evicted(limits: Limits, klass: Priority, victim: Priority, tenant: str) -> Rejected:
+    if klass == victim:
+        why = f"tenant {tenant!r} is the furthest over its fair share of the {victim} class"
+    else:
+        why = f"{victim} requests are shed first"
     return Rejected(
         "evicted",
         limits.retryAfterSeconds,
-        f"evicted from the gate's full queue by a {klass} request ({victim} goes first)",
+        f"evicted from the gate's full queue by a {klass} request ({why})",
     )
 
 
