@@ -26,6 +26,12 @@ from pathlib import Path
 
 MANIFEST_NAME = "kvant-manifest.json"
 MANIFEST_VERSION = 1  # kvantManifestVersion: what writers write
+# The bytes an artifact holds for a given recipe: bumped when the converter or the calibrator writes
+# different bytes for the same recipe, and only then. It is part of the artifact key, so a bump makes
+# every model convert again, once. Until 0.1.0 the key held the runtime image's tag instead, so every
+# release of the image reconverted every model and restarted every engine on the new path; "0.1.0" is
+# that last tag, so keys made then stay valid.
+ARTIFACT_BYTES_VERSION = "0.1.0"
 
 
 class ManifestError(ValueError):

@@ -10,8 +10,9 @@ import json
 from pathlib import PurePosixPath
 from typing import Any
 
+from kvant_contracts.artifact_manifest import ARTIFACT_BYTES_VERSION
 from kvant_contracts.weight_formats import weight_format
-from kvant_contracts.weights_recipe import int4_scheme
+from kvant_contracts.weights_recipe import GPTQ, int4_scheme
 from kvant_operator.api.spec import KvScales, QuantizedModelSpec
 from kvant_operator.api.status import SourceStatus
 from kvant_operator.settings import OperatorSettings
@@ -33,6 +34,11 @@ def needs_calibration(spec: QuantizedModelSpec) -> bool:
     return spec.kv_cache.dtype.is_fp8 and spec.kv_cache.scales is KvScales.CALIBRATE
 
 
+def needs_gptq(spec: QuantizedModelSpec) -> bool:
+    """Whether the conversion in effect rounds with GPTQ (the method does not depend on the source)."""
+    return needs_conversion(spec) and spec.weights.recipe(converts=True, moe=False).method == GPTQ
+
+
 def needs_artifact(spec: QuantizedModelSpec) -> bool:
     return needs_conversion(spec) or needs_calibration(spec)
 
@@ -40,7 +46,8 @@ def needs_artifact(spec: QuantizedModelSpec) -> bool:
 def artifact_key(
     spec: QuantizedModelSpec, settings: OperatorSettings, fetched: SourceStatus | None = None
 ) -> str:
-    """Hash of everything that changes the artifact's bytes (source, weights, KV calibration, converter)
+    """Hash of everything that changes the artifact's bytes (source, weights, KV calibration, the
+    converter's bytes version)
     and of where it is written, so models sharing a key always share the same files. A fetched
     source enters by its resolved revision and content digest, so a branch that moves later makes
     a new key instead of silently changing an existing artifact."""
@@ -63,7 +70,9 @@ def artifact_key(
         if needs_conversion(spec)
         else {"format": spec.weights.format.value, "output": weights.get("output")},
         "kvCalibration": {"dtype": spec.kv_cache.dtype.value, "calibration": calibration_recipe},
-        "converter": settings.converter_version,
+        # What the converter writes, not which image carries it: a release whose converter writes the
+        # same bytes keeps every key, so an operator upgrade neither reconverts nor moves a model.
+        "converter": ARTIFACT_BYTES_VERSION,
     }
     return digest(recipe)
 

@@ -71,11 +71,6 @@ class OperatorSettings:
             ),
         )
 
-    @property
-    def converter_version(self) -> str:
-        """The converter is whatever the runtime image carries, so its tag versions the artifact."""
-        return self.runtime_image.rsplit(":", 1)[-1] if ":" in self.runtime_image else self.runtime_image
-
 
 def _names(value: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
     """A comma-separated list of namespace names; unset keeps the default, empty means none."""
