@@ -47,6 +47,19 @@ def deepseek_v3() -> dict[str, Any]:
     }
 
 
+def kimi_k2() -> dict[str, Any]:
+    """Kimi-K2's shape (its config.json): DeepSeek-V3's layout with 384 experts, 8 per token."""
+    return {
+        **deepseek_v3(),
+        "model_type": "kimi_k2",
+        "num_attention_heads": 64,
+        "vocab_size": 163840,
+        "n_routed_experts": 384,
+        "num_experts_per_tok": 8,
+        "first_k_dense_replace": 1,
+    }
+
+
 def write_config(folder: Path, config: dict[str, Any]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "config.json"

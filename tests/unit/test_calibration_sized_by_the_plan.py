@@ -17,26 +17,13 @@ from kvant_operator.planner.capacity_plan import PlanRequest, make_plan
 from kvant_operator.planner.checkpoint_view import load_checkpoint
 from kvant_operator.render import jobs
 from kvant_operator.settings import OperatorSettings
-from tests.unit.planner_configs import deepseek_v3, write_config
+from tests.unit.planner_configs import kimi_k2, write_config
 from tests.unit.reconcile_fixtures import TINY_LLAMA
 from tests.unit.render_inputs import body, spec_of
 
 SETTINGS = OperatorSettings()
 KIMI = "kimi-k2-int4-experts-fp8kv-8xh200.yaml"
 EXAMPLES = Path(__file__).parents[2] / "examples"
-
-
-def kimi_k2() -> dict[str, object]:
-    """Kimi-K2's shape (its config.json): DeepSeek-V3's layout with 384 experts, 8 per token."""
-    return {
-        **deepseek_v3(),
-        "model_type": "kimi_k2",
-        "num_attention_heads": 64,
-        "vocab_size": 163840,
-        "n_routed_experts": 384,
-        "num_experts_per_tok": 8,
-        "first_k_dense_replace": 1,
-    }
 
 
 def planned(

@@ -91,12 +91,15 @@ class ArtifactStatus(ApiModel):
     source_bytes: int = Field(default=0, ge=0, description="Source checkpoint size.")
 
 
-class CalibrationPlan(ApiModel):
-    """The calibration run, sized from the plan: its cost, and the device it gets."""
+class CalibratedRun(ApiModel):
+    """A run over calibration text, sized from the plan: its cost, and the device it gets."""
+
+    # KV-scale calibration and GPTQ; planner/calibration_sizing.py and planner/gptq_sizing.py state the
+    # estimates.
 
     device: str = Field(max_length=8, description="cpu, or cuda when the CPU estimate is over an hour.")
-    gpus: int = Field(ge=0, description="GPUs the calibration pod requests (0 on CPU).")
-    flops: float = Field(ge=0, description="About 2 x active parameters x tokens.")
+    gpus: int = Field(ge=0, description="GPUs the pod requests (0 on CPU).")
+    flops: float = Field(ge=0, description="Estimated FLOPs of the run.")
     eta_seconds: int = Field(ge=0, description="Estimated run time on that device.")
     samples: int = Field(ge=0, description="Calibration sequences.")
     sequence_length: int = Field(ge=0, description="Tokens per sequence.")
@@ -112,6 +115,16 @@ class PlannedWeights(ApiModel):
         default=None, description="Layers quantized, in effect (unset: nothing is converted)."
     )
     moe: bool = Field(default=False, description="The source has routed experts.")
+    # What GPTQ would cost on these weights (planner/gptq_sizing.py), whatever the method: the method is
+    # not among the plan's inputs, so switching to gptq needs no new plan. 0 in a plan an older
+    # operator made.
+    hessian_flops_per_token: float = Field(
+        default=0, ge=0, description="GPTQ: FLOPs per calibration token to sum the Linears' Hessians."
+    )
+    solve_flops: float = Field(default=0, ge=0, description="GPTQ: FLOPs of every quantized Linear's solve.")
+    hessian_bytes_per_layer: int = Field(
+        default=0, ge=0, description="GPTQ: bytes of the float32 Hessians of the largest decoder layer."
+    )
 
 
 class PlanStatus(ApiModel):
@@ -144,8 +157,11 @@ class PlanStatus(ApiModel):
     layers: int = Field(default=0, ge=0, description="Decoder layers.")
     architecture: str = Field(default="", max_length=128, description="config.json's architecture.")
     hidden_size: int = Field(default=0, ge=0, description="Hidden size.")
-    calibration: CalibrationPlan | None = Field(
+    calibration: CalibratedRun | None = Field(
         default=None, description="Where and how long KV-scale calibration runs (when it runs)."
+    )
+    gptq: CalibratedRun | None = Field(
+        default=None, description="Where and how long the GPTQ conversion runs (spec.weights.method: gptq)."
     )
     inputs: str | None = Field(
         default=None, max_length=64, description="Digest of the spec fields the plan was made from."

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from kvant_contracts.int4_artifact import is_routed_expert
 from kvant_operator.api.spec import CalibrationSpec, QuantizedModelSpec
-from kvant_operator.api.status import CalibrationPlan, PlanStatus
+from kvant_operator.api.status import CalibratedRun, PlanStatus
 from kvant_operator.artifact_recipe import needs_calibration
 from kvant_operator.planner.architecture import ModelShape
 from kvant_operator.planner.inventory import Inventory
@@ -60,7 +60,7 @@ def count_parameters(inventory: Inventory, shape: ModelShape) -> Parameters:
     return Parameters(total, int(total - embedding - routed + routed * share))
 
 
-def calibration_plan(plan: PlanStatus, spec: QuantizedModelSpec) -> CalibrationPlan:
+def calibration_plan(plan: PlanStatus, spec: QuantizedModelSpec) -> CalibratedRun:
     """Where the calibration run goes and how long it takes, from the plan and the spec's recipe."""
     calibration = spec.kv_cache.calibration or CalibrationSpec()
     tokens = calibration.samples * calibration.sequence_length
@@ -68,7 +68,7 @@ def calibration_plan(plan: PlanStatus, spec: QuantizedModelSpec) -> CalibrationP
     device, gpus, rate = "cpu", 0, CPU_FLOPS
     if flops / CPU_FLOPS > CPU_BUDGET_S and spec.serving.gpu is not None:  # a CPU-served model has no GPU
         device, gpus, rate = "cuda", 1, GPU_FLOPS
-    return CalibrationPlan(
+    return CalibratedRun(
         device=device,
         gpus=gpus,
         flops=flops,
@@ -78,14 +78,14 @@ def calibration_plan(plan: PlanStatus, spec: QuantizedModelSpec) -> CalibrationP
     )
 
 
-def calibration_memory_bytes(plan: PlanStatus, calibration: CalibrationPlan) -> int:
+def calibration_memory_bytes(plan: PlanStatus, calibration: CalibratedRun) -> int:
     """One layer in bf16 (the calibrator dequantizes a layer at a time) plus bf16 hidden states in and
     out of it for every sample: what the calibration device must hold at once."""
     layer = 2 * plan.parameters // max(1, plan.layers)
     return layer + 2 * 2 * calibration.samples * calibration.sequence_length * plan.hidden_size
 
 
-def calibration_warning(plan: PlanStatus, calibration: CalibrationPlan, gpu_memory_bytes: int) -> str | None:
+def calibration_warning(plan: PlanStatus, calibration: CalibratedRun, gpu_memory_bytes: int) -> str | None:
     """A warning when the calibration device cannot hold a layer and its activations."""
     need = calibration_memory_bytes(plan, calibration)
     if calibration.device != "cuda" or need <= gpu_memory_bytes * GPU_HEADROOM:

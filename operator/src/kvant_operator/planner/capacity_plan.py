@@ -28,6 +28,7 @@ from kvant_operator.planner.capacity import (
     sglang_default_mem_fraction_static,
 )
 from kvant_operator.planner.checkpoint_view import Checkpoint
+from kvant_operator.planner.gptq_sizing import GptqWork, gptq_work
 from kvant_operator.planner.weights import Conversion, WeightSizes, size_weights
 
 DEFAULT_CONTEXTS = (4096, 32768, 131072)
@@ -107,6 +108,9 @@ class CapacityPlan(BaseModel):
     active_parameters: int = 0
     num_layers: int = 0
     hidden_size: int = 0
+    gptq_hessian_flops_per_token: float = 0.0  # what GPTQ would cost (planner/gptq_sizing.py)
+    gptq_solve_flops: float = 0.0
+    gptq_hessian_bytes_per_layer: int = 0
 
     def to_status(self) -> PlanStatus:
         return PlanStatus(
@@ -130,6 +134,9 @@ class CapacityPlan(BaseModel):
                 group_size=self.group_size,
                 targets=self.targets,
                 moe=self.moe,
+                hessian_flops_per_token=self.gptq_hessian_flops_per_token,
+                solve_flops=self.gptq_solve_flops,
+                hessian_bytes_per_layer=self.gptq_hessian_bytes_per_layer,
             ),
         )
 
@@ -162,11 +169,19 @@ def make_plan(checkpoint: Checkpoint, request: PlanRequest) -> CapacityPlan:
     )
     quantized = conversion.format in (WeightFormat.INT4, WeightFormat.FP8)
     parameters = count_parameters(checkpoint.inventory, shape)
+    gptq = (  # GPTQ rounds INT4 only
+        gptq_work(checkpoint.inventory, shape, conversion.rule)
+        if conversion.format is WeightFormat.INT4 and source is not WeightFormat.INT4
+        else GptqWork()
+    )
     return CapacityPlan(
         parameters=parameters.total,
         active_parameters=parameters.active,
         num_layers=shape.num_layers,
         hidden_size=shape.hidden_size,
+        gptq_hessian_flops_per_token=gptq.hessian_flops_per_token,
+        gptq_solve_flops=gptq.solve_flops,
+        gptq_hessian_bytes_per_layer=gptq.hessian_bytes_per_layer,
         architecture=shape.architecture,
         attention=shape.attention,
         inventory=checkpoint.inventory.origin,

@@ -13,6 +13,7 @@ from kvant_operator.jobstate import JobPhase, ensure_job, failure_detail, job_st
 from kvant_operator.kube_door import KubeDoor
 from kvant_operator.planner.calibration_sizing import with_calibration
 from kvant_operator.planner.capacity_plan import CapacityPlan
+from kvant_operator.planner.gptq_sizing import with_gptq
 from kvant_operator.reconcile.state import Blocked, Obj, Pass
 from kvant_operator.render import jobs
 from kvant_operator.settings import OperatorSettings
@@ -23,7 +24,7 @@ def ensure_plan(p: Pass, kube: KubeDoor, settings: OperatorSettings) -> None:
     if p.plan is None or p.plan.inputs != inputs:
         p.plan = _run_plan(p, kube, settings, inputs)
         p.events.append(("Normal", "Planned", plan_summary(p.plan)))
-    p.plan = with_calibration(p.plan, p.spec)
+    p.plan = with_gptq(with_calibration(p.plan, p.spec), p.spec)
     if needs_calibration(p.spec) and p.plan.architecture:
         try:
             delivery(p.plan.architecture, p.spec.kv_cache.dtype.value)

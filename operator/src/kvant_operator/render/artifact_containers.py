@@ -1,5 +1,6 @@
-"""The containers of the artifact Job: `kvant convert` (what the plan sized, every value explicit) and
-`kvant calibrate` (sized by the plan's calibration estimate, for the served KV format)."""
+"""The containers of the artifact Job: `kvant convert` (what the plan sized, every value explicit; GPTQ
+on the device of the plan's GPTQ estimate) and `kvant calibrate` (sized by the plan's calibration
+estimate, for the served KV format)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import replace
 
 from kvant_contracts.weights_recipe import GPTQ, WeightsRecipe
 from kvant_operator.api.spec import GptqSpec, QuantizedModelSpec
-from kvant_operator.api.status import CalibrationPlan, PlanStatus
+from kvant_operator.api.status import CalibratedRun, PlanStatus
 from kvant_operator.render.meta import Obj
 from kvant_operator.settings import OperatorSettings
 
@@ -33,11 +34,15 @@ def convert_container(
     output: str,
     *,
     mode: list[str],
+    sizing: CalibratedRun | None,
 ) -> Obj:
     """`mode`: nothing (one pod), the worker flags (one pod of an Indexed Job), or --finalize. Every
-    value of `recipe` goes on the command line, so no default of `kvant convert`'s is ever relied on."""
+    value of `recipe` goes on the command line, so no default of `kvant convert`'s is ever relied on.
+    `sizing`: the plan's GPTQ estimate (status.plan.gptq), which only GPTQ reads."""
     weights = spec.weights
     assert recipe.targets is not None and recipe.group_size is not None and recipe.method is not None
+    gptq = recipe.method == GPTQ
+    device, resources = run_device(spec, sizing if gptq else None)
     args = [
         "convert",
         source,
@@ -50,7 +55,7 @@ def convert_container(
         recipe.targets,
         "--method",
         recipe.method,
-        *(gptq_args(weights.gptq or GptqSpec(), source) if recipe.method == GPTQ else []),
+        *(gptq_args(weights.gptq or GptqSpec(), source) + device if gptq else []),
         "--progress-json",
         "-",
         *mode,
@@ -65,8 +70,19 @@ def convert_container(
         "command": ["kvant"],
         "args": args,
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+        "resources": resources,
     }
+
+
+def run_device(spec: QuantizedModelSpec, sizing: CalibratedRun | None) -> tuple[list[str], Obj]:
+    """The device flags and resources of a run the plan sized (planner/calibration_sizing.py,
+    planner/gptq_sizing.py): the GPUs it asks for on cuda, one CPU otherwise."""
+    gpu = spec.serving.gpu
+    if sizing is None or sizing.device != "cuda" or gpu is None:
+        return [], {"requests": {"cpu": "1", "memory": "2Gi"}}
+    gpus = str(sizing.gpus)
+    requests = {"cpu": "4", "memory": "32Gi", gpu.resource: gpus}
+    return ["--device", "cuda"], {"requests": requests, "limits": {gpu.resource: gpus}}
 
 
 def gptq_args(gptq: GptqSpec, source: str) -> list[str]:
@@ -90,7 +106,7 @@ def calibrate_container(
     settings: OperatorSettings,
     source: str,
     artifact: str,
-    sizing: CalibrationPlan | None,
+    sizing: CalibratedRun | None,
 ) -> Obj:
     calibration = spec.kv_cache.calibration
     assert calibration is not None  # defaulted whenever scales are calibrated
@@ -111,15 +127,8 @@ def calibrate_container(
     ]
     if calibration.dataset != "builtin":
         args += ["--data", f"{source}/{calibration.dataset}"]  # a path inside the source
-    resources: Obj = {"requests": {"cpu": "1", "memory": "2Gi"}}
-    gpu = spec.serving.gpu
-    if sizing is not None and sizing.device == "cuda" and gpu is not None:  # planner/calibration_sizing.py
-        args += ["--device", "cuda"]
-        gpus = str(sizing.gpus)
-        resources = {
-            "requests": {"cpu": "4", "memory": "32Gi", gpu.resource: gpus},
-            "limits": {gpu.resource: gpus},
-        }
+    device, resources = run_device(spec, sizing)
+    args += device
     return {
         "name": "calibrate",
         "image": settings.runtime_image,

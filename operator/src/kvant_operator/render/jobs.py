@@ -164,7 +164,7 @@ def shards_job(
     output = artifact_location(spec, settings, key)
     worker = ["--worker-index", "$(JOB_COMPLETION_INDEX)", "--workers", str(workers)]
     convert = convert_container(
-        conversion_recipe(spec, plan), spec, settings, source.path, output.path, mode=worker
+        conversion_recipe(spec, plan), spec, settings, source.path, output.path, mode=worker, sizing=plan.gptq
     )
     convert["volumeMounts"] = _artifact_mounts(source.mount_path, output.mount_path)
     job = job_object(
@@ -214,7 +214,10 @@ def artifact_job(
     if needs_conversion(spec):
         finalize = ["--finalize"] if workers > 1 else []
         recipe = conversion_recipe(spec, plan)
-        steps.append(convert_container(recipe, spec, settings, source.path, output.path, mode=finalize))
+        convert = convert_container(
+            recipe, spec, settings, source.path, output.path, mode=finalize, sizing=plan.gptq
+        )
+        steps.append(convert)
     if needs_calibration(spec):
         steps.append(calibrate_container(spec, settings, source.path, output.path, plan.calibration))
     for step in steps:

@@ -21,6 +21,7 @@ from kvant_operator.planner.architecture import ConfigError
 from kvant_operator.planner.calibration_sizing import with_calibration
 from kvant_operator.planner.capacity_plan import PlanRequest, make_plan
 from kvant_operator.planner.checkpoint_view import load_checkpoint
+from kvant_operator.planner.gptq_sizing import with_gptq
 from kvant_operator.planner.inventory import InventoryError
 from kvant_operator.render import jobs
 from kvant_operator.render.fetch_job import fetch_job, fetch_key
@@ -48,7 +49,8 @@ def render_offline(manifest: Obj, checkpoint: Path | None, namespace: str) -> li
         plan = make_plan(load_checkpoint(plan_from), PlanRequest.from_spec(spec)).to_status()
     except (ConfigError, InventoryError) as err:
         raise OfflineRenderError(str(err)) from None
-    plan = with_calibration(plan.model_copy(update={"inputs": digest(jobs.plan_inputs(spec))}), spec)
+    plan = plan.model_copy(update={"inputs": digest(jobs.plan_inputs(spec))})
+    plan = with_gptq(with_calibration(plan, spec), spec)
     objects: list[Obj] = []
     fetched = None
     if is_fetched(spec.source.uri):
