@@ -67,7 +67,7 @@ def _workloads(example: str, **overrides: Any) -> list[dict[str, Any]]:
     model = body(example, evaluation=EVALUATION, **overrides)
     model["metadata"]["namespace"] = NAMESPACE
     spec = spec_of(model)
-    key = artifact_key(spec, SETTINGS)
+    key = artifact_key(spec)
     found = [
         jobs.plan_job(model, spec, SETTINGS),
         jobs.artifact_job([model], spec, SETTINGS, key, attempt=1, workers=2, plan=plan()),
@@ -103,7 +103,7 @@ def test_a_fetch_job_and_the_jobs_reading_its_folder_are_admitted_and_valid(
         location="pvc://kvant-artifacts/sources/s3/models/x/y",
         digest="sha256:" + "a" * 64,
     )
-    key = artifact_key(spec, SETTINGS, fetched)
+    key = artifact_key(spec, fetched)
     workloads = [
         fetch_job([model], spec, SETTINGS, fetch_key(spec, SETTINGS), 1),
         jobs.plan_job(model, spec, SETTINGS, fetched),
@@ -147,7 +147,7 @@ def test_every_serving_object_passes_server_side_dry_run(restricted_namespace: A
     model = body("llama-70b-prefill-decode-fp8kv.yaml")
     model["metadata"]["namespace"] = NAMESPACE
     spec = spec_of(model)
-    key = artifact_key(spec, SETTINGS)
+    key = artifact_key(spec)
     inputs = ServingInputs(model, spec, plan(), artifact_location(spec, SETTINGS, key), "sha256:a", SETTINGS)
     objects = serving_objects(inputs, None)
     for obj in objects:

@@ -38,7 +38,7 @@ def planned(
 
 def calibrate_container(model: dict, plan: PlanStatus) -> dict:
     spec = spec_of(model)
-    job = jobs.artifact_job([model], spec, SETTINGS, artifact_key(spec, SETTINGS), attempt=1, plan=plan)
+    job = jobs.artifact_job([model], spec, SETTINGS, artifact_key(spec), attempt=1, plan=plan)
     container: dict = job["spec"]["template"]["spec"]["containers"][-1]
     assert container["name"] == "calibrate"
     return container

@@ -48,7 +48,7 @@ def planned(
 
 def convert_container(model: dict, plan: PlanStatus) -> dict:
     spec = spec_of(model)
-    job = jobs.artifact_job([model], spec, SETTINGS, artifact_key(spec, SETTINGS), attempt=1, plan=plan)
+    job = jobs.artifact_job([model], spec, SETTINGS, artifact_key(spec), attempt=1, plan=plan)
     pod = job["spec"]["template"]["spec"]
     container: dict = next(
         c for c in [*pod.get("initContainers", []), *pod["containers"]] if c["name"] == "convert"

@@ -63,7 +63,7 @@ def test_a_published_artifact_says_which_path_loads_its_scales(
 ) -> None:
     p, kube = planned_pass(architecture), MemoryKube()
     ensure_plan(p, kube, SETTINGS)
-    key = artifact_key(p.spec, SETTINGS)
+    key = artifact_key(p.spec)
     kube.create(
         artifact_record(p.body, key, ArtifactStatus(uri="pvc://kvant-artifacts/x", digest="sha256:abc"))
     )

@@ -49,7 +49,7 @@ def test_calibration_without_conversion_is_refused_with_the_fix() -> None:
 
 def test_first_attempt_runs_reports_progress_then_publishes_the_record() -> None:
     model, kube = body(), MemoryKube()
-    key = artifact_key(new_pass(model).spec, SETTINGS)
+    key = artifact_key(new_pass(model).spec)
     job = artifact_job_name(key, 1)
 
     phase, p = _blocked(kube, model)
@@ -73,7 +73,7 @@ def test_first_attempt_runs_reports_progress_then_publishes_the_record() -> None
 
 def test_a_published_record_is_reused_without_a_job() -> None:
     model, first = body(), MemoryKube()
-    key = artifact_key(new_pass(model).spec, SETTINGS)
+    key = artifact_key(new_pass(model).spec)
     _blocked(first, model)
     first.finish_job(NAMESPACE, artifact_job_name(key, 1), {"convert": "{}", "calibrate": RESULT})
     ensure_artifact(new_pass(model, planned=True), first, SETTINGS)
@@ -87,7 +87,7 @@ def test_a_published_record_is_reused_without_a_job() -> None:
 
 def test_a_failed_attempt_is_kept_and_retried_after_its_backoff() -> None:
     model, kube = body(), MemoryKube()
-    key = artifact_key(new_pass(model).spec, SETTINGS)
+    key = artifact_key(new_pass(model).spec)
     _blocked(kube, model)
     kube.finish_job(
         NAMESPACE, artifact_job_name(key, 1), {"convert": "shard 3: truncated file"}, failed="convert"

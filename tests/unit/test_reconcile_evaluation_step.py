@@ -35,7 +35,7 @@ def test_no_evaluation_requested_validates_at_once() -> None:
 def test_a_blocking_gate_holds_the_rollout_until_the_job_passes() -> None:
     model, kube = _gated(), MemoryKube()
     p = new_pass(model)
-    name = eval_job_name(artifact_key(p.spec, SETTINGS), p.spec)
+    name = eval_job_name(artifact_key(p.spec), p.spec)
     with pytest.raises(Blocked) as blocked:
         gate_on_evaluation(p, kube, SETTINGS)
     assert blocked.value.phase is Phase.EVALUATING and kube.jobs(NAMESPACE) == [name]
@@ -56,7 +56,7 @@ def test_a_non_blocking_gate_lets_the_rollout_go_on_while_it_runs() -> None:
 def test_a_failed_candidate_is_not_rolled_out_and_the_verdict_is_kept() -> None:
     model, kube = _gated(), MemoryKube()
     p = new_pass(model)
-    name = eval_job_name(artifact_key(p.spec, SETTINGS), p.spec)
+    name = eval_job_name(artifact_key(p.spec), p.spec)
     with pytest.raises(Blocked):
         gate_on_evaluation(p, kube, SETTINGS)
     kube.finish_job(NAMESPACE, name, {"eval": _verdict(0.4, False)}, failed="eval")

@@ -132,9 +132,9 @@ def test_the_fetched_folder_feeds_the_jobs_and_its_revision_keys_the_artifact() 
         f"/source/sources/hf/org/tiny/{COMMIT}" in plan["spec"]["template"]["spec"]["containers"][0]["args"]
     )
     moved = p.source.model_copy(update={"revision": "f" * 40})  # type: ignore[union-attr]
-    assert artifact_key(p.spec, SETTINGS, p.source) != artifact_key(p.spec, SETTINGS, moved)
+    assert artifact_key(p.spec, p.source) != artifact_key(p.spec, moved)
     with pytest.raises(ValueError, match="needs the fetch's result"):
-        artifact_key(p.spec, SETTINGS)
+        artifact_key(p.spec)
 
 
 def test_a_failed_fetch_is_degraded_with_the_cause_then_retried_after_a_backoff() -> None:

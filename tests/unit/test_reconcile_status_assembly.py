@@ -48,7 +48,7 @@ def test_a_model_goes_from_planning_to_ready_one_pass_at_a_time(tmp_path: Path) 
     converting = step()
     assert converting.status["phase"] == "Converting" and "plan" in converting.status
 
-    kube.finish_job(NAMESPACE, artifact_job_name(artifact_key(spec, SETTINGS), 1), {"convert": RESULT})
+    kube.finish_job(NAMESPACE, artifact_job_name(artifact_key(spec), 1), {"convert": RESULT})
     deploying = step()
     assert deploying.status["phase"] == "Deploying"
     assert deploying.status["artifact"]["digest"] == "sha256:abc"

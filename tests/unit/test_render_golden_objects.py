@@ -26,7 +26,7 @@ GOLDEN = Path(__file__).parent / "golden"
 def _render(example: str) -> list[dict]:
     manifest, settings = body(example), OperatorSettings()
     spec = spec_of(manifest)
-    key = artifact_key(spec, settings)
+    key = artifact_key(spec)
     inputs = ServingInputs(
         manifest, spec, plan(), artifact_location(spec, settings, key), "sha256:abc", settings
     )

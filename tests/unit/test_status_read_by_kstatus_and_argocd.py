@@ -57,7 +57,7 @@ class Model:
         )
 
     def finish_conversion(self, failed: bool = False) -> None:
-        key = artifact_key(spec_of(self.obj), SETTINGS)
+        key = artifact_key(spec_of(self.obj))
         logs = {"convert": "shard 2: truncated" if failed else RESULT % key}
         self.kube.finish_job(NAMESPACE, artifact_job_name(key, 1), logs, failed="convert" if failed else None)
 

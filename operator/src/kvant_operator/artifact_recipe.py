@@ -43,14 +43,12 @@ def needs_artifact(spec: QuantizedModelSpec) -> bool:
     return needs_conversion(spec) or needs_calibration(spec)
 
 
-def artifact_key(
-    spec: QuantizedModelSpec, settings: OperatorSettings, fetched: SourceStatus | None = None
-) -> str:
+def artifact_key(spec: QuantizedModelSpec, fetched: SourceStatus | None = None) -> str:
     """Hash of everything that changes the artifact's bytes (source, weights, KV calibration, the
-    converter's bytes version)
-    and of where it is written, so models sharing a key always share the same files. A fetched
-    source enters by its resolved revision and content digest, so a branch that moves later makes
-    a new key instead of silently changing an existing artifact."""
+    converter's bytes version) and of where it is written, so models sharing a key always share the
+    same files. No operator setting enters it, so an upgrade that changes none of these keeps every
+    key. A fetched source enters by its resolved revision and content digest, so a branch that moves
+    later makes a new key instead of silently changing an existing artifact."""
     weights = spec.weights.model_dump(mode="json", by_alias=True)
     if weights.get("gptq") is None:  # a field newer than most keys: unset, it hashes as before
         weights.pop("gptq", None)

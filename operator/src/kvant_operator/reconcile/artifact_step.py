@@ -56,7 +56,7 @@ def ensure_artifact(p: Pass, kube: KubeDoor, settings: OperatorSettings) -> None
             "scales: checkpoint (scales already in the source) or unit",
             "fix the spec; see Degraded",
         )
-    key = artifact_key(p.spec, settings, p.source)
+    key = artifact_key(p.spec, p.source)
     if p.artifact is not None and p.artifact.uri == artifact_uri(p.spec, settings, key) and p.artifact.digest:
         return
     record = kube.get("v1", "ConfigMap", p.namespace, record_name(key))

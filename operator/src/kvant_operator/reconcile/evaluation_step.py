@@ -23,7 +23,7 @@ def gate_on_evaluation(p: Pass, kube: KubeDoor, settings: OperatorSettings) -> N
         reason = "NotRequested" if evaluation is None else "NothingConverted"
         p.condition(ConditionType.VALIDATED, True, reason, "no evaluation gate applies")
         return
-    key = artifact_key(p.spec, settings, p.source)
+    key = artifact_key(p.spec, p.source)
     name = jobs.eval_job_name(key, p.spec)
     previous = p.log.previous(ConditionType.VALIDATED)
     if previous is not None and previous.reason in (PASSED, GATE_FAILED) and name in previous.message:

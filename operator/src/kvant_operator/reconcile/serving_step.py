@@ -7,12 +7,15 @@ serves, so kstatus and Argo CD see Ready only when something actually answers.
 
 from __future__ import annotations
 
+from functools import partial
+
 from kvant_operator.api.lifecycle import ConditionType
 from kvant_operator.api.status import Phase
 from kvant_operator.artifact_recipe import artifact_key, artifact_location, needs_artifact, source_location
 from kvant_operator.kube_door import KubeDoor
 from kvant_operator.reconcile.autoscaling_status import read_autoscaling
 from kvant_operator.reconcile.engine_check import read_engine_check
+from kvant_operator.reconcile.runtime_pin import keep_running_runtimes
 from kvant_operator.reconcile.state import Obj, Pass
 from kvant_operator.render.meta import COMPONENT_LABEL, MODEL_LABEL, SERVING_COMPONENT, with_applied_hash
 from kvant_operator.render.roles import roles, workload_name
@@ -27,6 +30,8 @@ def serve(p: Pass, kube: KubeDoor, settings: OperatorSettings) -> tuple[Phase, b
     objects = desired_objects(p, settings)
     if not p.resync:  # settled and unchanged: only protection may have moved the limits
         objects = [o for o in objects if o["kind"] == "ConfigMap"] if p.protection is not None else []
+    else:  # an operator upgrade alone restarts no engine (reconcile/runtime_pin.py)
+        objects = keep_running_runtimes(p.body, objects, partial(desired_objects, p), kube, settings)
     for obj in objects:
         kube.ensure(with_applied_hash(obj))
     if p.resync and spec_changed(p.body):
@@ -71,7 +76,7 @@ def desired_objects(p: Pass, settings: OperatorSettings) -> list[Obj]:
     else:
         effective = ((p.body.get("status") or {}).get("protection") or {}).get("effectiveConcurrency")
     if needs_artifact(p.spec):
-        location = artifact_location(p.spec, settings, artifact_key(p.spec, settings, p.source))
+        location = artifact_location(p.spec, settings, artifact_key(p.spec, p.source))
     else:
         location = source_location(p.spec, p.source)
     inputs = ServingInputs(p.body, p.spec, p.plan, location, p.artifact.digest, settings)

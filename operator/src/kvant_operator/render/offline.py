@@ -67,7 +67,7 @@ def render_offline(manifest: Obj, checkpoint: Path | None, namespace: str) -> li
     location = source_location(spec, fetched)
     artifact = ArtifactStatus(uri=spec.source.uri)
     if needs_artifact(spec):
-        key = artifact_key(spec, settings, fetched)
+        key = artifact_key(spec, fetched)
         objects.append(jobs.artifact_job([body], spec, settings, key, attempt=1, fetched=fetched, plan=plan))
         location = artifact_location(spec, settings, key)
         artifact = ArtifactStatus(uri=artifact_uri(spec, settings, key), digest="sha256:<set when published>")
