@@ -8,6 +8,7 @@ from kvant_operator import artifact_recipe
 from kvant_operator.artifact_recipe import artifact_key
 from tests.unit.render_inputs import body, spec_of
 
+
 def _key(**spec_overrides: Any) -> str:
     return artifact_key(spec_of(body(**spec_overrides)))
 

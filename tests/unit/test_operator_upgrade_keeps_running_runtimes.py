@@ -3,12 +3,17 @@ new one only when its pods roll anyway, or when it is annotated to follow (recon
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
+import pytest
+
 from kvant_operator.api.status import ArtifactStatus
-from kvant_operator.reconcile.runtime_pin import POD_TEMPLATE_DIGEST, RUNTIME_IMAGE, RUNTIME_POLICY
+from kvant_operator.kube_cache import serving_entry
+from kvant_operator.reconcile.runtime_pin import RUNTIME_POLICY
 from kvant_operator.reconcile.serving_step import serve
 from kvant_operator.reconcile.state import Pass
+from kvant_operator.render.meta import POD_TEMPLATE_DIGEST, RUNTIME_IMAGE
 from kvant_operator.settings import OperatorSettings
 from tests.unit.memory_kube import MemoryKube
 from tests.unit.reconcile_fixtures import NAMESPACE, body, new_pass
@@ -25,9 +30,8 @@ def _pass(model: dict[str, Any]) -> Pass:
 
 
 def _deployment(kube: MemoryKube) -> dict[str, Any]:
-    live = kube.get("apps/v1", "Deployment", NAMESPACE, "tiny")
-    assert live is not None
-    return live
+    """The Deployment as stored (not as the door under test answers)."""
+    return copy.deepcopy(kube.objects[("apps/v1", "Deployment", NAMESPACE, "tiny")])
 
 
 def _images(deployment: dict[str, Any]) -> set[str]:
@@ -35,8 +39,18 @@ def _images(deployment: dict[str, Any]) -> set[str]:
     return {c["image"] for c in [*pod["containers"], *pod.get("initContainers", [])]}
 
 
-def _served_by_the_old_release() -> MemoryKube:
-    kube = MemoryKube()
+class SummaryKube(MemoryKube):
+    """Answers a Deployment's `get` as the operator's watch-backed cache does: with the summary its
+    index keeps (kube_cache.serving_entry), not the whole object."""
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        live = super().get(api_version, kind, namespace, name)
+        entry = serving_entry(live) if live is not None and kind == "Deployment" else None
+        return entry[(namespace, name)] if entry else live
+
+
+def _served_by_the_old_release(kube: MemoryKube | None = None) -> MemoryKube:
+    kube = kube or MemoryKube()
     serve(_pass(body()), kube, OLD)
     kube.roll_out(NAMESPACE, "tiny")
     return kube
@@ -51,8 +65,9 @@ def test_the_old_release_records_the_runtime_and_template_it_rendered() -> None:
     assert RUNTIME_IMAGE not in (live["spec"]["template"]["metadata"].get("annotations") or {})
 
 
-def test_an_upgrade_alone_leaves_the_pod_template_as_it_is() -> None:
-    kube = _served_by_the_old_release()
+@pytest.mark.parametrize("door", [MemoryKube, SummaryKube], ids=["api-server", "watch-cache"])
+def test_an_upgrade_alone_leaves_the_pod_template_as_it_is(door: type[MemoryKube]) -> None:
+    kube = _served_by_the_old_release(door())
     before = _deployment(kube)
     applied = len(kube.applied)
     serve(_pass(body()), kube, NEW)

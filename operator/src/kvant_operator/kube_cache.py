@@ -7,9 +7,9 @@ label-selected watches (registered in handlers.py), it is none. `CachedKube` wra
 answers those reads from the indexes, and sends everything else on.
 
 An index keeps a summary of each object, not the object (identity, labels, owners' uids, the
-applied-hash annotation; a Deployment's rollout counters; a pod's status and init containers'
-images), so thousands of objects cost little memory. So `get` answers from the index only for objects
-Kvant applied: what `ensure` and the rollout status read. Everything else, such as an artifact
+applied-hash annotation; a Deployment's runtime record and rollout counters; a pod's status and init
+containers' images), so thousands of objects cost little memory. So `get` answers from the index only
+for objects Kvant applied: what `ensure` and the rollout status read. Everything else, such as an artifact
 record's data, comes from the API server. Each serving object is filed twice: by name (for `get`) and
 by model (for prune's list).
 
@@ -48,6 +48,8 @@ from kvant_operator.render.meta import (
     COMPONENT_LABEL,
     MANAGED_BY,
     MODEL_LABEL,
+    POD_TEMPLATE_DIGEST,
+    RUNTIME_IMAGE,
     SERVING_COMPONENT,
 )
 
@@ -83,6 +85,8 @@ SERVING_SELECTOR = f"app.kubernetes.io/managed-by={MANAGED_BY}"
 PODS = CachedKind("v1", "Pod", "pods")
 PODS_SELECTOR = MODEL_LABEL
 
+RUNTIME_RECORD = (RUNTIME_IMAGE, POD_TEMPLATE_DIGEST)
+
 # What the rollout status reads of a Deployment's status (serving_step.rollout_pending), all the index
 # keeps of it: its conditions and the other kinds' statuses are most of what a summary would weigh.
 ROLLOUT_STATUS = ("observedGeneration", "replicas", "updatedReplicas", "readyReplicas")
@@ -105,7 +109,7 @@ def serving_entry(body: Mapping[str, Any]) -> dict[tuple[str, ...], Obj] | None:
     summary: Obj = {
         "apiVersion": body.get("apiVersion"),
         "kind": body.get("kind"),
-        "metadata": {**_identity(meta), "annotations": {APPLIED_HASH: applied}, "ownerReferences": owners},
+        "metadata": {**_identity(meta), "annotations": _kept(meta), "ownerReferences": owners},
     }
     status = body.get("status") or {}
     if body.get("kind") == "Deployment":  # a rollout's progress
@@ -117,6 +121,13 @@ def serving_entry(body: Mapping[str, Any]) -> dict[tuple[str, ...], Obj] | None:
     if model:
         entry[_by_model(meta["namespace"], model)] = summary
     return entry
+
+
+def _kept(meta: Mapping[str, Any]) -> dict[str, str]:
+    """The annotations a summary keeps: the applied hash, and a Deployment's runtime record, which an
+    upgrade's pass reads to keep the runtime its pods run (reconcile/runtime_pin.py)."""
+    annotations = meta.get("annotations") or {}
+    return {key: annotations[key] for key in (APPLIED_HASH, *RUNTIME_RECORD) if key in annotations}
 
 
 def pod_entry(body: Mapping[str, Any]) -> dict[tuple[str, ...], Obj] | None:

@@ -24,10 +24,9 @@ from dataclasses import replace
 from kvant_operator.artifact_recipe import digest
 from kvant_operator.kube_door import KubeDoor
 from kvant_operator.reconcile.state import Obj
+from kvant_operator.render.meta import POD_TEMPLATE_DIGEST, RUNTIME_IMAGE
 from kvant_operator.settings import OperatorSettings
 
-RUNTIME_IMAGE = "kvant.dev/runtime-image"  # on a serving Deployment: the runtime its pods run
-POD_TEMPLATE_DIGEST = "kvant.dev/pod-template-digest"  # and the pod template it was rendered as
 RUNTIME_POLICY = "kvant.dev/runtime"  # on a QuantizedModel: "follow" takes every new runtime at once
 FOLLOW = "follow"
 

@@ -15,6 +15,10 @@ COMPONENT_LABEL = "app.kubernetes.io/component"
 SERVING_COMPONENT = "serving"  # every serving object but the limits ConfigMap (component "limits")
 ROLE_LABEL = "kvant.dev/role"
 APPLIED_HASH = "kvant.dev/applied-hash"
+# On a serving Deployment, never in its pods: the runtime image its pods run and the digest of the pod
+# template it was rendered as (reconcile/runtime_pin.py).
+RUNTIME_IMAGE = "kvant.dev/runtime-image"
+POD_TEMPLATE_DIGEST = "kvant.dev/pod-template-digest"
 
 
 def model_labels(model: str, component: str) -> dict[str, str]:
