@@ -150,6 +150,21 @@ class ControlPlane:
             "--leader-elect=false",
         ]
 
+    def restart_core(self, name: str, grace_seconds: float = 0.0) -> None:
+        """Restarts etcd or kube-apiserver with the same flags, ports and data, as a supervisor would
+        after a crash (grace_seconds=0: SIGKILL), and returns once the apiserver is ready again. Their
+        ports are fixed in their argv and etcd's data dir survives, so clients reconnect to the same
+        cluster. (The other components would need their own readiness checks, so they are not offered.)"""
+        if name not in ("etcd", "kube-apiserver"):
+            raise ValueError(f"restart_core: {name!r} is neither etcd nor kube-apiserver")
+        self.processes[name].restart(grace_seconds)
+        wait_until(
+            self._apiserver_ready,
+            _START_TIMEOUT,
+            f"kube-apiserver /readyz after restarting {name}",
+            self.diagnostics,
+        )
+
     def stop(self) -> None:
         for name in reversed(list(self.processes)):
             self.processes.pop(name).stop(grace_seconds=10.0)

@@ -57,7 +57,9 @@ async def _client(
 ) -> None:
     while time.monotonic() < deadline:
         started = time.monotonic()
-        body = {"text": shape.prompt(next(numbers)), "sampling_params": shape.sampling()}
+        body: dict[str, object] = {"text": shape.prompt(next(numbers)), "sampling_params": shape.sampling()}
+        if shape.model:
+            body["model"] = shape.model
         try:
             timeout = aiohttp.ClientTimeout(total=max(1.0, deadline + shape.drain_seconds - started))
             async with session.post(url, json=body, timeout=timeout) as response:
@@ -93,6 +95,9 @@ class LoadShape:
     # Bytes of filler per prompt token: 4 where the engine counts bytes / 4 (no tokenizer), 1 for the
     # tiny test checkpoints, whose byte-level tokenizer counts every byte (kvant_runtime.tinymodel).
     bytes_per_token: int = 4
+    # The model each request names: a router's (smg's) multi-model mode routes /generate by it (see
+    # docs/concepts/router.md). Empty: no field, as a gate or an engine alone expects.
+    model: str = ""
 
     def prompt(self, number: int) -> str:
         if self.texts:

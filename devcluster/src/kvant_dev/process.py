@@ -31,15 +31,21 @@ class ManagedProcess:
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
+        # Kept so restart() runs the very same command again.
+        self.env = dict(env) if env is not None else None
+        self.cwd, self.tied_to_parent = cwd, tied_to_parent
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        with log_path.open("ab") as log:
-            self.popen = subprocess.Popen(
-                [*_DIE_WITH_PARENT, *self.argv] if tied_to_parent else self.argv,
+        self.popen = self._spawn()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        with self.log_path.open("ab") as log:  # a restart appends to the same log
+            return subprocess.Popen(
+                [*_DIE_WITH_PARENT, *self.argv] if self.tied_to_parent else self.argv,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=dict(env) if env is not None else None,
-                cwd=cwd,
+                env=self.env,
+                cwd=self.cwd,
                 start_new_session=True,
             )
 
@@ -52,6 +58,12 @@ class ManagedProcess:
 
     def stop(self, grace_seconds: float = 10.0) -> int | None:
         return stop_group(self.popen.pid, grace_seconds, wait=self.popen.wait)
+
+    def restart(self, grace_seconds: float = 10.0) -> None:
+        """Stops the process group and starts the same command again, as a supervisor would after a
+        crash (grace_seconds=0: SIGKILL at once, the crash itself). The caller waits for readiness."""
+        self.stop(grace_seconds)
+        self.popen = self._spawn()
 
     def log_tail(self, lines: int = 40) -> str:
         return tail(self.log_path, lines)

@@ -18,7 +18,7 @@ from kvant_dev.netutil import free_port
 from kvant_dev.network import Addresses
 from kvant_dev.nodeagent.fieldrefs import service_links
 from kvant_dev.nodeagent.images import load_image_map
-from kvant_dev.nodeagent.informer import Informer
+from kvant_dev.nodeagent.informer import CONNECTION_ERRORS, Informer
 from kvant_dev.nodeagent.logserver import serve_logs
 from kvant_dev.nodeagent.node import NodeHeartbeat, NodeSpec
 from kvant_dev.nodeagent.podrunner import PodContext, PodRunner
@@ -150,7 +150,7 @@ class NodeAgent:
         for heartbeat in self.heartbeats:
             try:
                 action(heartbeat)
-            except (ApiException, OSError) as err:
+            except (ApiException, *CONNECTION_ERRORS) as err:
                 log.warning("heartbeat for %s failed: %s", heartbeat.spec.name, err)
 
     def _sync_pods(self) -> None:
@@ -218,6 +218,8 @@ class NodeAgent:
         except ApiException as err:
             if err.status not in (404, 409):
                 raise
+        except CONNECTION_ERRORS as err:  # _sync_pods tries again while the pod is still listed
+            log.warning("deleting %s/%s not delivered, will retry: %s", meta["namespace"], meta["name"], err)
 
     def _allocate_ip(self, uid: str, node: NodeSpec) -> str:
         """A free address of the cluster's pod subnet; every node shares the one bridge."""
@@ -244,12 +246,18 @@ class NodeAgent:
         result = self.core.create_namespaced_service_account_token(account, meta["namespace"], {"spec": spec})
         return str(result.status.token), result.status.expiration_timestamp.timestamp()
 
-    def _patch_status(self, namespace: str, name: str, status: Obj) -> None:
+    def _patch_status(self, namespace: str, name: str, status: Obj) -> bool:
+        """Whether the status was delivered (or can never be): False while the apiserver is out of
+        reach, so the pod runner sends it again on its next tick."""
         try:
             self.core.patch_namespaced_pod_status(name, namespace, {"status": status})
         except ApiException as err:
             if err.status != 404:
                 log.warning("status update for %s/%s failed: %s", namespace, name, err.reason)
+        except CONNECTION_ERRORS as err:
+            log.warning("status update for %s/%s not delivered, will retry: %s", namespace, name, err)
+            return False
+        return True
 
     def _locate_log(self, namespace: str, pod: str, container: str, previous: bool) -> Path | None:
         for runner in list(self.runners.values()):

@@ -8,12 +8,17 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import urllib3
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
 Obj = dict[str, Any]
 Key = tuple[str, str]
 log = logging.getLogger("kvant.nodeagent.informer")
+# What the Kubernetes client raises when the apiserver is down or goes away mid-request: urllib3's own
+# errors (a watch cut short, retries used up) are neither ApiException nor OSError. The agent rides
+# them out and retries, as a kubelet does an apiserver restart.
+CONNECTION_ERRORS = (OSError, urllib3.exceptions.HTTPError)
 
 
 def key_of(obj: Obj) -> Key:
@@ -64,7 +69,7 @@ class Informer:
         while not self._stop.is_set():
             try:
                 self._watch_from(self._relist())
-            except (ApiException, OSError, ValueError) as err:
+            except (ApiException, ValueError, *CONNECTION_ERRORS) as err:
                 log.warning("%s watch interrupted (%s); relisting", self.kind, err)
             self._stop.wait(1.0)
 

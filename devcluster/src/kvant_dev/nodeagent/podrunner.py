@@ -36,7 +36,7 @@ class PodContext:
     network: PodNetwork
     submounts: list[str]  # the host's mounts each container root carries (see rootfs)
     tied_to_parent: bool
-    patch_status: Callable[[str, str, Obj], None]
+    patch_status: Callable[[str, str, Obj], bool]  # False: not delivered (apiserver away), send again
     projection_delay: float  # seconds before a ConfigMap or Secret change reaches a volume (see volumes)
 
 
@@ -234,8 +234,7 @@ class PodRunner:
     def report(self) -> None:
         status = self._status()
         encoded = json.dumps(status, sort_keys=True)
-        if encoded != self._sent:
-            self.ctx.patch_status(self.namespace, self.name, status)
+        if encoded != self._sent and self.ctx.patch_status(self.namespace, self.name, status):
             self._sent = encoded
 
     def _status(self) -> Obj:
