@@ -7,7 +7,9 @@ change), and the new leader reconciles the model with the new runtime image in i
 
 What must hold: the serving pods are the same pods, never restarted, their Deployment's pod template
 unchanged; no Job runs again and the artifact stays where it was (its key does not follow the runtime
-tag); every request sent across the upgrade is answered with 200.
+tag); every request sent across the upgrade is answered with 200. Then the release is uninstalled,
+its namespace deleted, and installed again, under load too: the same must hold, the reinstalled
+operator finding the artifact and its record where they were.
 
 Why not from the chart as it was when upgrades were first tested: that chart's RBAC lacks
 HorizontalPodAutoscalers, which today's operator watches (kopf stops at the forbidden watch), and the
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import threading
 import urllib.request
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -48,6 +51,7 @@ STEADY = LoadShape(
     bytes_per_token=1,
     drain_seconds=30,
 )
+GAP = replace(STEADY, seconds=60)  # across the uninstall and the install again
 
 
 def test_helm_upgrade_under_load_restarts_no_engine(cluster, operator, namespace, tiny_model):
@@ -109,8 +113,37 @@ def test_helm_upgrade_under_load_restarts_no_engine(cluster, operator, namespace
         # The upgraded operator does run with the new runtime in its settings: the pin above held it off.
         settings = _operator_env(core)
         assert settings["KVANT_RUNTIME_IMAGE"].endswith(f":{NEXT_TAG}"), settings
-    finally:
+
+        # Uninstalled, its namespace gone, and installed again: the engines serve throughout, and the
+        # new operator finds the artifact and its record, so nothing converts and nothing restarts.
+        load = threading.Thread(
+            target=lambda: result.update(gap=generate_load(service_url(cluster, namespace, "tiny"), GAP))
+        )
+        load.start()
         helm("uninstall", RELEASE, f"--namespace={CHART_NAMESPACE}", "--wait", kubeconfig=cluster.kubeconfig)
+        cluster.kubectl("delete", "namespace", CHART_NAMESPACE, "--wait=true", "--timeout=120s")
+        helm(
+            "install", RELEASE, str(CHART), f"--namespace={CHART_NAMESPACE}", "--create-namespace",
+            "--wait", "--timeout=120s",
+            *value_flags({**values, "image": {"operator": {"tag": NEXT_TAG}, "runtime": {"tag": NEXT_TAG}}}),
+            kubeconfig=cluster.kubeconfig,
+        )  # fmt: skip
+        reinstalled = wait_for(lambda: _new_operators(core, set()), 120, "the reinstalled operator's pods")
+        wait_for(lambda: _reconciled(reinstalled) >= 2 or None, 180, "the reinstalled operator's passes")
+        load.join(timeout=GAP.seconds + GAP.drain_seconds + 60)
+        assert not load.is_alive(), "the load did not end within its bound"
+        gap = result["gap"]
+        assert set(gap.statuses) == {200} and gap.errors == 0, (dict(gap.statuses), gap.errors)
+        assert _pods(cluster, namespace) == pods_before
+        assert not _changes(template_before, _template(cluster, namespace))
+        assert _jobs(cluster, namespace) == jobs_before
+        assert (
+            wait_ready(cluster, namespace, "tiny", timeout=60)["status"]["artifact"]
+            == before_qm["status"]["artifact"]
+        )
+    finally:  # the release may be gone already (a failure between its uninstall and install again)
+        uninstall = ("uninstall", RELEASE, f"--namespace={CHART_NAMESPACE}", "--wait")
+        helm(*uninstall, kubeconfig=cluster.kubeconfig, check=False)
         cluster.kubectl("delete", "namespace", CHART_NAMESPACE, "--wait=false")
         operator.start()
 
