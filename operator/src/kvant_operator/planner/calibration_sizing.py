@@ -65,16 +65,22 @@ def calibration_plan(plan: PlanStatus, spec: QuantizedModelSpec) -> CalibratedRu
     calibration = spec.kv_cache.calibration or CalibrationSpec()
     tokens = calibration.samples * calibration.sequence_length
     flops = 2.0 * plan.active_parameters * tokens
+    return sized_run(flops, calibration.samples, calibration.sequence_length, spec)
+
+
+def sized_run(flops: float, samples: int, sequence_length: int, spec: QuantizedModelSpec) -> CalibratedRun:
+    """A calibrated run of `flops` placed by the one rule calibration and GPTQ share: the CPU while it
+    finishes within the budget, else one GPU, and never a GPU for a CPU-served model (it has none)."""
     device, gpus, rate = "cpu", 0, CPU_FLOPS
-    if flops / CPU_FLOPS > CPU_BUDGET_S and spec.serving.gpu is not None:  # a CPU-served model has no GPU
+    if flops / CPU_FLOPS > CPU_BUDGET_S and spec.serving.gpu is not None:
         device, gpus, rate = "cuda", 1, GPU_FLOPS
     return CalibratedRun(
         device=device,
         gpus=gpus,
         flops=flops,
         eta_seconds=math.ceil(flops / rate),
-        samples=calibration.samples,
-        sequence_length=calibration.sequence_length,
+        samples=samples,
+        sequence_length=sequence_length,
     )
 
 

@@ -26,7 +26,6 @@ each quantized input of that layer (4 x in^2 bytes) and the hidden states of eve
 
 from __future__ import annotations
 
-import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from kvant_operator.api.spec import GptqSpec, QuantizedModelSpec
 from kvant_operator.api.status import CalibratedRun, PlanStatus
 from kvant_operator.artifact_recipe import needs_gptq
 from kvant_operator.planner.architecture import ModelShape
-from kvant_operator.planner.calibration_sizing import CPU_BUDGET_S, CPU_FLOPS, GPU_FLOPS, GPU_HEADROOM
+from kvant_operator.planner.calibration_sizing import GPU_HEADROOM, sized_run
 from kvant_operator.planner.inventory import Inventory
 
 GPTQ_WARNING = "GPTQ holds"  # how the plan's GPTQ warning starts
@@ -84,17 +83,7 @@ def gptq_plan(plan: PlanStatus, spec: QuantizedModelSpec) -> CalibratedRun:
     hessians = weights.hessian_flops_per_token if weights else 0.0
     solve = weights.solve_flops if weights else 0.0
     flops = 2 * 2.0 * plan.active_parameters * tokens + hessians * tokens + solve
-    device, gpus, rate = "cpu", 0, CPU_FLOPS
-    if flops / CPU_FLOPS > CPU_BUDGET_S and spec.serving.gpu is not None:  # a CPU-served model has no GPU
-        device, gpus, rate = "cuda", 1, GPU_FLOPS
-    return CalibratedRun(
-        device=device,
-        gpus=gpus,
-        flops=flops,
-        eta_seconds=math.ceil(flops / rate),
-        samples=gptq.samples,
-        sequence_length=gptq.sequence_length,
-    )
+    return sized_run(flops, gptq.samples, gptq.sequence_length, spec)
 
 
 def gptq_memory_bytes(plan: PlanStatus, run: CalibratedRun) -> tuple[int, int, int]:
