@@ -9,13 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from kvant_contracts.weights_recipe import int4_scheme
-from kvant_operator.api.spec import QuantizedModelSpec, QuantMethod
+from kvant_operator.api.spec import QuantizedModelSpec
 from kvant_operator.api.status import PlanStatus, SourceStatus
 from kvant_operator.artifact_recipe import (
     artifact_location,
     digest,
     needs_calibration,
     needs_conversion,
+    needs_gptq,
     source_location,
 )
 from kvant_operator.planner.capacity_plan import DEFAULT_CONTEXTS
@@ -140,7 +141,7 @@ def conversion_workers(
     """One worker per `conversion_bytes_per_worker` of source, unless the model's annotation says;
     one for GPTQ, which goes through the decoder layers in order (each layer's inputs are the
     previous quantized layer's outputs)."""
-    if spec.weights.method is QuantMethod.GPTQ:
+    if needs_gptq(spec):
         return 1
     override = (body["metadata"].get("annotations") or {}).get(WORKERS_ANNOTATION)
     per_worker = settings.conversion_bytes_per_worker
