@@ -246,3 +246,29 @@ def test_at_most_ten_tenants_are_shown() -> None:
     view.replicas = [replica_from_metrics("tiny-abc", text)]
     assert [t.tenant for t in view.tenants] == [f"t{i:02d}" for i in range(14, 4, -1)]
     assert len(view.to_json()["tenants"]) == 10
+
+
+def _in_phase(phase: str) -> dict:
+    run = {
+        "device": "cuda",
+        "gpus": 1,
+        "flops": 7.5e16,
+        "etaSeconds": 378,
+        "samples": 512,
+        "sequenceLength": 2048,
+    }
+    calibration = {**run, "device": "cpu", "gpus": 0, "flops": 1.2e9, "etaSeconds": 1}
+    plan = {"gptq": run, "calibration": calibration}
+    return {**QM, "status": {**QM["status"], "phase": phase, "plan": plan}}
+
+
+def test_a_converting_or_calibrating_model_shows_the_plans_estimate_for_that_run() -> None:
+    converting = render_text(model_status(_in_phase("Converting")))
+    assert "  GPTQ: on cuda, 1 GPU, estimated 6m18s (512 x 2048 tokens, 7.5e+16 FLOPs)" in converting
+    calibrating = render_text(model_status(_in_phase("Calibrating")))
+    assert "  calibration: on cpu, estimated 1s (512 x 2048 tokens, 1.2e+09 FLOPs)" in calibrating
+    # Serving, or converting with RTN (no GPTQ run in the plan), there is no estimate to show.
+    assert "estimated" not in render_text(model_status(_in_phase("Ready")))
+    rtn = _in_phase("Converting")
+    del rtn["status"]["plan"]["gptq"]
+    assert "estimated" not in render_text(model_status(rtn))

@@ -32,6 +32,9 @@ TENANT_REJECTED = "kvant_gate_tenant_rejected_total"
 TENANT_QUEUED = "kvant_gate_tenant_queued"
 # Rows of the tenants table: as many as one gate names tenants (TOP_TENANTS), so the screen stays short.
 TENANT_ROWS = 10
+# The run of status.plan that the phase is waiting on (api.status.PlanStatus's CalibratedRun fields):
+# GPTQ is the conversion's long part, calibration the calibration Job's whole.
+PLANNED_RUNS = {"Converting": ("gptq", "GPTQ"), "Calibrating": ("calibration", "calibration")}
 
 
 @dataclass
@@ -82,6 +85,8 @@ class ModelStatus:
     protection: Obj
     # status.autoscaling as the operator wrote it from the model's HPA; None without spec.autoscaling.
     autoscaling: Obj | None = None
+    # The plan's estimate for the run the phase waits on (PLANNED_RUNS).
+    planned_run: Obj | None = None
     replicas: list[Replica] = field(default_factory=list)
     usage_history: list[float] = field(default_factory=list)  # worst replica, last 15 minutes
     retractions_window: str = "since the engine started"
@@ -109,16 +114,20 @@ def model_status(qm: Obj) -> ModelStatus:
         "protectionMode": protection.get("mode", Limits().mode),
         "concurrencyBounds": protection.get("concurrency") or {},
     }
+    phase = str(status.get("phase", "Unknown"))
+    field_name, _ = PLANNED_RUNS.get(phase, ("", ""))
+    run = (status.get("plan") or {}).get(field_name) if field_name else None
     return ModelStatus(
         namespace=qm["metadata"]["namespace"],
         name=qm["metadata"]["name"],
-        phase=str(status.get("phase", "Unknown")),
+        phase=phase,
         generation=int(qm["metadata"].get("generation", 0)),
         observed_generation=status.get("observedGeneration"),
         conditions=list(status.get("conditions") or []),
         limits=limits,
         protection=dict(status.get("protection") or {}),
         autoscaling=dict(status["autoscaling"]) if status.get("autoscaling") else None,
+        planned_run=dict(run) if run else None,
     )
 
 
@@ -225,6 +234,8 @@ def render_text(model: ModelStatus) -> str:
     if protection.get("lastDecision"):
         when = protection.get("lastDecisionTime", "")
         lines.append(f"  last decision: {protection['lastDecision']}" + (f" ({when})" if when else ""))
+    if model.planned_run is not None:
+        lines.append(_planned_run_line(model))
     if model.autoscaling is not None:
         lines += _autoscaling_lines(model.autoscaling)
     if model.replicas:
@@ -292,6 +303,29 @@ def _count(value: float) -> str:
             decimals = 2 if abs(scaled) < 10 else 1 if abs(scaled) < 100 else 0
             return f"{scaled:.{decimals}f}{suffix}"
     return f"{value:.0f}"
+
+
+def _planned_run_line(model: ModelStatus) -> str:
+    """Where the run the phase waits on goes and how long the plan expects it to take: on-call's
+    answer to "is this stuck?" for a conversion or calibration that runs for minutes or hours."""
+    run = model.planned_run or {}
+    _, what = PLANNED_RUNS[model.phase]
+    gpus = int(run.get("gpus", 0))
+    where = f"{run.get('device', '?')}" + (f", {gpus} GPU{'' if gpus == 1 else 's'}" if gpus else "")
+    return (
+        f"  {what}: on {where}, estimated {_duration(int(run.get('etaSeconds', 0)))} "
+        f"({run.get('samples', '?')} x {run.get('sequenceLength', '?')} tokens, "
+        f"{float(run.get('flops', 0)):.1e} FLOPs)"
+    )
+
+
+def _duration(seconds: int) -> str:
+    """1h05m, 6m18s, 42s."""
+    hours, rest = divmod(max(0, seconds), 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
 def _autoscaling_lines(autoscaling: Obj) -> list[str]:
