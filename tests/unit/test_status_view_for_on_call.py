@@ -5,13 +5,8 @@ from __future__ import annotations
 
 import json
 
-from kvant_operator.oncall.status_view import (
-    ModelStatus,
-    model_status,
-    render_text,
-    replica_from_metrics,
-    sparkline,
-)
+from kvant_operator.oncall.status_text import render_text, sparkline
+from kvant_operator.oncall.status_view import ModelStatus, model_status, replica_from_metrics
 
 MERGED = """\
 # TYPE kvant_gate_rejected_total counter

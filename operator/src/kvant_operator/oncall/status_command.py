@@ -61,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
 def _once(args: argparse.Namespace) -> str:
     from kvant_operator.api.resource import GROUP, PLURAL, VERSION  # noqa: PLC0415
     from kvant_operator.kube import Kube, api_client  # noqa: PLC0415
-    from kvant_operator.oncall.status_view import model_status, render_text  # noqa: PLC0415
+    from kvant_operator.oncall.status_text import render_text  # noqa: PLC0415
+    from kvant_operator.oncall.status_view import model_status  # noqa: PLC0415
 
     kube = Kube(api_client())
     if args.name:
