@@ -167,7 +167,7 @@ class NodeAgent:
                 continue
             if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
                 continue  # finished before this agent started: nothing to run
-            runner = PodRunner(pod, self._allocate_ip(uid, node), node.host_ip, self.ctx)
+            runner = PodRunner(pod, self._allocate_ip(pod, node), node.host_ip, self.ctx)
             with self._lock:
                 self.runners[uid] = runner
             worker = threading.Thread(
@@ -221,12 +221,30 @@ class NodeAgent:
         except CONNECTION_ERRORS as err:  # _sync_pods tries again while the pod is still listed
             log.warning("deleting %s/%s not delivered, will retry: %s", meta["namespace"], meta["name"], err)
 
-    def _allocate_ip(self, uid: str, node: NodeSpec) -> str:
-        """A free address of the cluster's pod subnet; every node shares the one bridge."""
+    def _allocate_ip(self, pod: Obj, node: NodeSpec) -> str:
+        """A pod's address: the one its status already names, when an agent restarted under running
+        pods, else a free address of the cluster's pod subnet (every node shares the one bridge).
+
+        A pod keeps its address because the apiserver takes the agent's status patch as a merge of
+        `podIPs` keyed by IP: a new address would sit beside the old one, two IPv4 addresses, and every
+        status update of that pod is refused (422) from then on. So a fresh address also skips those
+        that running pods' statuses still name, until their own runners claim them again."""
+        uid = pod["metadata"]["uid"]
+        previous = (pod.get("status") or {}).get("podIP")
+        named = {
+            (other.get("status") or {}).get("podIP")
+            for other in self.informers["Pod"].store.values()
+            if other["metadata"]["uid"] != uid
+            and (other.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        }
+        subnet = self.addresses.pod_ips()
         with self._lock:
             used = set(self._ips.values())
-            for candidate in self.addresses.pod_ips():
-                if candidate not in used:
+            if previous in subnet and previous not in used:
+                self._ips[uid] = previous
+                return str(previous)
+            for candidate in subnet:
+                if candidate not in used and candidate not in named:
                     self._ips[uid] = candidate
                     return candidate
         raise RuntimeError(f"node {node.name}: no free pod IPs left in {self.addresses.pod_cidr}")

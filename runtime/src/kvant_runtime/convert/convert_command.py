@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -172,11 +174,30 @@ def _run(args: argparse.Namespace) -> int:
         return _fail(args, progress, str(err), err)
     except KeyboardInterrupt:
         return _fail(args, progress, "interrupted; rerun the same command to resume", None, code=130)
+    except OSError as err:
+        message, cause = _os_failure(err, args.output)
+        return _fail(args, progress, message, cause)
     except Exception as err:  # an unexpected failure: still one line unless --debug
         return _fail(args, progress, f"internal error: {type(err).__name__}: {err}", err)
     finally:
         if machine not in (None, sys.stdout):
             machine.close()
+
+
+def _os_failure(err: OSError, output: str) -> tuple[str, OSError | None]:
+    """The message for an OSError, and the error to trace with --debug (None: not a bug). A full
+    volume is the operator's to fix, not Kvant's: the message says where and what to do."""
+    if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return f"internal error: {type(err).__name__}: {err}", err
+    try:
+        free = f"{shutil.disk_usage(output).free / 2**30:.2f} GiB free on the output volume"
+    except OSError:
+        free = "the output volume unreadable"
+    return (
+        f"no space left writing {err.filename or output} ({free}): free space or grow the artifacts "
+        "volume; the Job's next pod resumes where this one stopped",
+        None,
+    )
 
 
 def _fail(

@@ -135,7 +135,10 @@ class ShardWriter:
         self._file.close()
 
     def _emit(self, data: bytes | memoryview) -> None:
-        self._file.write(data)
+        try:
+            self._file.write(data)
+        except OSError as err:  # a write's error names no file; a full volume's message should
+            raise OSError(err.errno, err.strerror, str(self.path)) from err
         self.sha256.update(data)
         self.bytes_written += len(data)
 
