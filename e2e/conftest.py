@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,8 +20,7 @@ from tests.tiny_checkpoints import tiny_checkpoint as shared_tiny_checkpoint
 
 from kvant_dev.cluster import LocalCluster
 from kvant_dev.model_stores import ModelStores
-from kvant_dev.netutil import free_port, http_ok, wait_until
-from kvant_dev.process import ManagedProcess
+from kvant_dev.operator_process import OperatorProcess
 from kvant_runtime.tinychat import ensure_tiny_chat_model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -59,68 +56,6 @@ def kvant_crds(cluster: LocalCluster) -> LocalCluster:
     return cluster
 
 
-class OperatorProcess:
-    """`kvant run` as a local process against the session cluster; can be killed and restarted."""
-
-    def __init__(self, cluster: LocalCluster, workdir: Path, stores: ModelStores) -> None:
-        self.cluster, self.workdir, self.stores = cluster, workdir, stores
-        self.process: ManagedProcess | None = None
-        self.metrics_port = 0
-        self.starts = 0
-
-    def start(self) -> None:
-        self.metrics_port, health_port = free_port(), free_port()
-        env = {
-            **os.environ,
-            "KUBECONFIG": str(self.cluster.kubeconfig),
-            "KVANT_BUSY_INTERVAL": "1",
-            "KVANT_IDLE_INTERVAL": "10",
-            # The example's folder and the per-test node folders (node_dir) may be file:// sources.
-            "KVANT_FILE_SOURCE_PREFIXES": "/var/lib/kvant/models,/srv/e2e",
-            # The cluster's model stores are the default endpoints, as `make demo` installs the chart;
-            # fetch pods read keys from this Secret in the model's namespace where one exists.
-            "KVANT_S3_ENDPOINT": self.stores.s3.url,
-            "KVANT_S3_REGION": self.stores.s3.env()["AWS_REGION"],
-            "KVANT_HF_ENDPOINT": self.stores.hub_url,
-            "KVANT_SOURCE_CREDENTIALS_SECRET": SOURCE_CREDENTIALS,
-        }
-        argv = [
-            sys.executable,
-            "-m",
-            "kvant_cli.main",
-            "run",
-            "--liveness",
-            f"http://127.0.0.1:{health_port}/healthz",
-            "--metrics-host",
-            "127.0.0.1",
-            "--metrics-port",
-            str(self.metrics_port),
-        ]
-        self.starts += 1
-        self.process = ManagedProcess("operator", argv, self.workdir / f"operator.{self.starts}.log", env=env)
-        wait_until(
-            lambda: http_ok(f"http://127.0.0.1:{health_port}/healthz"),
-            60,
-            "operator liveness",
-            lambda: self.process.log_tail() if self.process else "",
-        )
-
-    def kill(self) -> None:
-        """SIGKILL, as a crashed node or an OOM kill would."""
-        if self.process is not None:
-            self.process.popen.kill()
-            self.process.popen.wait()
-            self.process = None
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.stop(grace_seconds=10)
-            self.process = None
-
-    def log_tail(self, lines: int = 60) -> str:
-        return self.process.log_tail(lines) if self.process else "(operator not running)"
-
-
 SOURCE_CREDENTIALS = "kvant-source-credentials"
 HUB_TOKEN = "hf_e2e_local_token"  # the Hub stand-in's token: fetches of hf:// sources must send it
 
@@ -138,7 +73,14 @@ def operator(
     tmp_path_factory: pytest.TempPathFactory,
     pytestconfig: pytest.Config,
 ) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(kvant_crds, tmp_path_factory.mktemp("operator"), model_stores)
+    # The example's folder and the per-test node folders (node_dir) may be file:// sources.
+    proc = OperatorProcess(
+        kvant_crds,
+        tmp_path_factory.mktemp("operator"),
+        model_stores,
+        file_sources="/var/lib/kvant/models,/srv/e2e",
+        credentials_secret=SOURCE_CREDENTIALS,
+    )
     started = time.monotonic()
     proc.start()
     report_startup(pytestconfig, "operator", started)

@@ -24,8 +24,8 @@ After each fault, the invariants:
 
 It prints one table (fault x requests, non-200, lost, time to Ready, violations) and fails on any
 violation. bench/README.md ("Faults under load (short e2e)") has a measured table. Not here: faults
-overlapping in time, the model store failing mid-fetch, a full artifacts volume, memory over hours:
-that is the long soak (bench/soak), not built yet.
+overlapping in time, the model store failing mid-fetch, a full artifacts volume, Prometheus stopped,
+the node agent restarted, the operator's memory: that is the long soak (bench/soak/run.py).
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import pytest
 import urllib3
@@ -51,6 +50,7 @@ from kvant_contracts.serving_pod import GATE_PORT
 from kvant_dev.cluster import LocalCluster
 from kvant_dev.faults import crash_control_plane, delete_pod, kill_container
 from kvant_dev.loadgen import LoadResult, LoadShape, generate_load
+from kvant_dev.operator_process import OperatorProcess
 from kvant_operator.render.meta import MODEL_LABEL
 from kvant_operator.render.roles import KIND_LABEL, RoleKind
 
@@ -79,7 +79,7 @@ _API_DOWN = (ApiException, urllib3.exceptions.HTTPError, OSError)
 @dataclass
 class Scene:
     cluster: LocalCluster
-    operator: Any  # e2e.conftest.OperatorProcess
+    operator: OperatorProcess
     namespace: str
     gone: set[str] = field(default_factory=set)  # uids of pods a fault deleted
 
