@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cluster_models import NODE_CHECKPOINT, bench_cluster, simulator_model
+from e2e.conftest import node_folder_claim
 from e2e.qm import apply
 from kubernetes import client
 from tests.fault_proxy import FaultProxy
@@ -130,7 +131,8 @@ def soak_scene() -> Iterator[Scene]:
             tmpfs = ["mount", "-t", "tmpfs", "-o", f"size={ARTIFACTS_SIZE}", "kvant-soak", str(artifacts)]
             subprocess.run(tmpfs, check=True)
             mounted.append(artifacts)
-            for obj in _artifacts_claim():
+            # The namespace's kvant-artifacts claim, over the tmpfs the soak fills (its size is the limit).
+            for obj in node_folder_claim(NS, "kvant-artifacts", ARTIFACTS_NODE, "ReadWriteMany"):
                 cluster.kubectl("apply", "-f", "-", input=json.dumps(obj))
             stores = cluster.start_model_stores()
             s3 = create_bucket(stores.s3, BUCKET)
@@ -156,31 +158,3 @@ def soak_scene() -> Iterator[Scene]:
 
 def apply_model(scene: Scene, manifest: Obj) -> None:
     apply(scene.cluster, NS, manifest)
-
-
-def _artifacts_claim() -> list[Obj]:
-    """The namespace's kvant-artifacts claim, bound to a PersistentVolume over ARTIFACTS_NODE."""
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": f"{NS}-kvant-artifacts"},
-            "spec": {
-                "capacity": {"storage": "256Mi"},
-                "accessModes": ["ReadWriteMany"],
-                "storageClassName": "kvant-local",
-                "hostPath": {"path": ARTIFACTS_NODE, "type": "Directory"},
-                "claimRef": {"namespace": NS, "name": "kvant-artifacts"},
-            },
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "kvant-artifacts", "namespace": NS},
-            "spec": {
-                "accessModes": ["ReadWriteMany"],
-                "storageClassName": "kvant-local",
-                "resources": {"requests": {"storage": "256Mi"}},
-            },
-        },
-    ]
