@@ -6,14 +6,18 @@ import json
 import urllib.request
 from typing import Any
 
+import urllib3
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 from tests.kube_wait import wait_for
 
-from kvant_contracts.serving_pod import METRICS_PORT
+from kvant_contracts.serving_pod import GATE_PORT, METRICS_PORT
 from kvant_dev.cluster import LocalCluster
 from kvant_operator.render.roles import engine_selector
 
 Obj = dict[str, Any]
+# Errors of a poll that meets the apiserver (or etcd behind it) down, as faults cause: not back yet.
+API_DOWN = (ApiException, urllib3.exceptions.HTTPError, OSError)
 
 
 def get_qm(cluster: LocalCluster, namespace: str, name: str) -> Obj:
@@ -31,6 +35,52 @@ def condition(qm: Obj, kind: str) -> Obj | None:
 def is_true(qm: Obj, kind: str) -> bool:
     found = condition(qm, kind)
     return found is not None and found["status"] == "True"
+
+
+def ready_for_generation(qm: Obj) -> bool:
+    """Ready, for the generation the operator has seen being the current one."""
+    status = qm.get("status") or {}
+    return status.get("observedGeneration") == qm["metadata"]["generation"] and is_true(qm, "Ready")
+
+
+def pod_ready(pod: client.V1Pod) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
+def router_workers(router: client.V1Pod) -> int:
+    """How many engines this router pod has registered (smg's /workers); -1 when it does not answer."""
+    try:
+        with urllib.request.urlopen(
+            f"http://{router.status.pod_ip}:{GATE_PORT}/workers", timeout=5
+        ) as answer:
+            return len(json.load(answer).get("workers", []))
+    except (OSError, ValueError):
+        return -1
+
+
+def owned_objects(api: client.ApiClient, namespace: str, selector: str) -> dict[str, list[str]]:
+    """The names of the objects of every kind a QuantizedModel owns that `selector` picks in
+    `namespace`, by kind (the plural)."""
+    core, apps, batch = client.CoreV1Api(api), client.AppsV1Api(api), client.BatchV1Api(api)
+    policy, rbac = client.PolicyV1Api(api), client.RbacAuthorizationV1Api(api)
+    networking = client.NetworkingV1Api(api)
+    listed = {
+        "deployments": apps.list_namespaced_deployment,
+        "services": core.list_namespaced_service,
+        "configmaps": core.list_namespaced_config_map,
+        "jobs": batch.list_namespaced_job,
+        "poddisruptionbudgets": policy.list_namespaced_pod_disruption_budget,
+        "pods": core.list_namespaced_pod,
+        # The gate's account and its Role on the limits ConfigMap.
+        "serviceaccounts": core.list_namespaced_service_account,
+        "roles": rbac.list_namespaced_role,
+        "rolebindings": rbac.list_namespaced_role_binding,
+        "networkpolicies": networking.list_namespaced_network_policy,
+    }
+    return {
+        kind: [o.metadata.name for o in list_kind(namespace, label_selector=selector).items]
+        for kind, list_kind in listed.items()
+    }
 
 
 def serving_pods(cluster: LocalCluster, namespace: str, model: str) -> list[client.V1Pod]:
@@ -66,9 +116,7 @@ def wait_ready(cluster: LocalCluster, namespace: str, name: str, timeout: int = 
 
     def ready() -> Obj | None:
         qm = get_qm(cluster, namespace, name)
-        status = qm.get("status") or {}
-        current = status.get("observedGeneration") == qm["metadata"]["generation"]
-        return qm if current and status.get("phase") == "Ready" and is_true(qm, "Ready") else None
+        return qm if ready_for_generation(qm) and (qm.get("status") or {}).get("phase") == "Ready" else None
 
     return wait_for(ready, timeout, f"qm/{name} to be Ready for its current generation")
 

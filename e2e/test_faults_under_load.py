@@ -30,23 +30,28 @@ the node agent restarted, the operator's memory: that is the long soak (bench/so
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import pytest
-import urllib3
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from e2e.capacity import TINY_BYTES_PER_TOKEN
-from e2e.qm import apply, get_qm, is_true, service_url, serving_pods, wait_ready
-from kvant_contracts.serving_pod import GATE_PORT
+from e2e.qm import (
+    API_DOWN,
+    apply,
+    get_qm,
+    pod_ready,
+    ready_for_generation,
+    router_workers,
+    service_url,
+    serving_pods,
+    wait_ready,
+)
 from kvant_dev.cluster import LocalCluster
 from kvant_dev.faults import crash_control_plane, delete_pod, kill_container
 from kvant_dev.loadgen import LoadResult, LoadShape, generate_load
@@ -72,8 +77,6 @@ LOAD = LoadShape(
 )
 READY_SECONDS = 90  # the bound on each fault's recovery
 DOCUMENTED = {200, 429, 503, 408}
-# Errors of a poll that meets the apiserver (or etcd behind it) down: the model is not back yet.
-_API_DOWN = (ApiException, urllib3.exceptions.HTTPError, OSError)
 
 
 @dataclass
@@ -243,23 +246,22 @@ def _wait_recovered(scene: Scene, restarts: int) -> bool:
 
 def _recovered(scene: Scene, restarts: int) -> bool:
     try:
-        qm = get_qm(scene.cluster, scene.namespace, MODEL)
-        status = qm.get("status") or {}
-        if status.get("observedGeneration") != qm["metadata"]["generation"] or not is_true(qm, "Ready"):
+        if not ready_for_generation(get_qm(scene.cluster, scene.namespace, MODEL)):
             return False
         engines = serving_pods(scene.cluster, scene.namespace, MODEL)
         routers = _routers(scene)
-    except _API_DOWN:
+    except API_DOWN:
         return False
     # Restarts and readiness from the one listing: from two, a restart already reported could be
     # paired with readiness from before it, and the model would look back while its engine is down.
     return (
         _restarts(engines) >= restarts  # the fault's own restarts at least: the kill has been seen
         and len(engines) == REPLICAS
-        and all(_pod_ready(p) for p in engines)
+        and all(pod_ready(p) for p in engines)
         and len(routers) == ROUTERS
         and all(
-            _pod_ready(p) and p.metadata.uid not in scene.gone and _workers(p) == REPLICAS for p in routers
+            pod_ready(p) and p.metadata.uid not in scene.gone and router_workers(p) == REPLICAS
+            for p in routers
         )
     )
 
@@ -270,21 +272,6 @@ def _routers(scene: Scene) -> list[client.V1Pod]:
         scene.namespace, label_selector=selector
     )
     return [p for p in pods.items if p.metadata.deletion_timestamp is None]
-
-
-def _pod_ready(pod: client.V1Pod) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
-
-
-def _workers(router: client.V1Pod) -> int:
-    """How many engines this router has registered (smg's /workers)."""
-    try:
-        with urllib.request.urlopen(
-            f"http://{router.status.pod_ip}:{GATE_PORT}/workers", timeout=5
-        ) as answer:
-            return len(json.load(answer).get("workers", []))
-    except (OSError, ValueError):
-        return -1
 
 
 def _restarts(pods: list[client.V1Pod]) -> int:

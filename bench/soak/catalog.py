@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from bench.soak.checks import API_DOWN, of, pods, ready, started_since
+from bench.soak.checks import of, pods, ready, started_since
 from bench.soak.stage import (
     ALPHA,
     BUCKET,
@@ -33,7 +33,7 @@ from bench.soak.stage import (
     transient_conversion,
     transient_fetch,
 )
-from e2e.qm import condition, get_qm
+from e2e.qm import API_DOWN, condition, get_qm
 from kubernetes import client
 
 from kvant_dev import faults

@@ -14,19 +14,15 @@
 
 from __future__ import annotations
 
-import json
 import os
-import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import urllib3
-from bench.soak.load import check_local
+from bench.soak.load import NotLocalError, check_local
 from bench.soak.stage import NS, Scene, Served
-from e2e.qm import get_qm, is_true, metrics_url
+from e2e.qm import get_qm, metrics_url, owned_objects, pod_ready, ready_for_generation, router_workers
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from kvant_contracts.artifact_manifest import MANIFEST_NAME, ManifestError, verify_artifact
 from kvant_contracts.serving_pod import GATE_PORT
@@ -38,8 +34,6 @@ from kvant_operator.render.jobs import ARTIFACT_LABEL, ATTEMPT_ANNOTATION
 from kvant_operator.render.meta import MODEL_LABEL
 from kvant_operator.render.roles import KIND_LABEL, RoleKind
 
-# A poll that meets the apiserver (or etcd behind it) down: not back yet.
-API_DOWN = (ApiException, urllib3.exceptions.HTTPError, OSError)
 COMPONENT = "app.kubernetes.io/component"
 RECORDS = ("artifact-record", "source-record")
 PVC_PREFIX = "pvc://kvant-artifacts/"
@@ -56,14 +50,8 @@ def of(listing: list[client.V1Pod], model: str, kind: RoleKind) -> list[client.V
     return [p for p in listing if labels.items() <= (p.metadata.labels or {}).items()]
 
 
-def pod_ready(pod: client.V1Pod) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
-
-
 def whole(scene: Scene, served: Served, listing: list[client.V1Pod]) -> bool:
-    qm = get_qm(scene.cluster, NS, served.name)
-    status = qm.get("status") or {}
-    if status.get("observedGeneration") != qm["metadata"]["generation"] or not is_true(qm, "Ready"):
+    if not ready(scene, served.name):
         return False
     engines, routers = of(listing, served.name, RoleKind.ENGINE), of(listing, served.name, RoleKind.ROUTER)
     return (
@@ -79,19 +67,17 @@ def whole(scene: Scene, served: Served, listing: list[client.V1Pod]) -> bool:
 
 def ready(scene: Scene, name: str) -> bool:
     """A model (of any kind) Ready for its generation."""
-    qm = get_qm(scene.cluster, NS, name)
-    status = qm.get("status") or {}
-    return status.get("observedGeneration") == qm["metadata"]["generation"] and is_true(qm, "Ready")
+    return ready_for_generation(get_qm(scene.cluster, NS, name))
 
 
 def workers(router: client.V1Pod) -> int:
-    """How many engines this router has registered (smg's /workers); -1 when it does not answer."""
+    """How many engines this router has registered (smg's /workers); -1 when it does not answer, or
+    when its address is not the local cluster's (the soak sends nowhere else)."""
     try:
-        url = check_local(f"http://{router.status.pod_ip}:{GATE_PORT}/workers")
-        with urllib.request.urlopen(url, timeout=5) as answer:
-            return len(json.load(answer).get("workers", []))
-    except (OSError, ValueError):
+        check_local(f"http://{router.status.pod_ip}:{GATE_PORT}/workers")
+    except NotLocalError:
         return -1
+    return router_workers(router)
 
 
 def started_since(pod: client.V1Pod, container: str, wall: float) -> bool:
@@ -199,30 +185,9 @@ class RetractionLedger:
 
 def leftovers(scene: Scene, models: list[str]) -> list[str]:
     """Objects the deleted `models` still own, and staging folders left on the artifacts volume."""
-    api = scene.api()
     selector = f"{MODEL_LABEL} in ({','.join(models)}),{COMPONENT} notin ({','.join(RECORDS)})"
-    core, apps, batch, policy = (
-        client.CoreV1Api(api),
-        client.AppsV1Api(api),
-        client.BatchV1Api(api),
-        client.PolicyV1Api(api),
-    )
-    rbac, networking = client.RbacAuthorizationV1Api(api), client.NetworkingV1Api(api)
-    listed = {
-        "deployments": apps.list_namespaced_deployment(NS, label_selector=selector).items,
-        "services": core.list_namespaced_service(NS, label_selector=selector).items,
-        "configmaps": core.list_namespaced_config_map(NS, label_selector=selector).items,
-        "jobs": batch.list_namespaced_job(NS, label_selector=selector).items,
-        "pods": core.list_namespaced_pod(NS, label_selector=selector).items,
-        "poddisruptionbudgets": policy.list_namespaced_pod_disruption_budget(
-            NS, label_selector=selector
-        ).items,
-        "serviceaccounts": core.list_namespaced_service_account(NS, label_selector=selector).items,
-        "roles": rbac.list_namespaced_role(NS, label_selector=selector).items,
-        "rolebindings": rbac.list_namespaced_role_binding(NS, label_selector=selector).items,
-        "networkpolicies": networking.list_namespaced_network_policy(NS, label_selector=selector).items,
-    }
-    found = [f"{kind}/{o.metadata.name}" for kind, objs in listed.items() for o in objs]
+    owned = owned_objects(scene.api(), NS, selector)
+    found = [f"{kind}/{name}" for kind, names in owned.items() for name in names]
     for root, dirs, files in os.walk(scene.artifacts):
         found += [
             f"staging {Path(root, d).relative_to(scene.artifacts)}"

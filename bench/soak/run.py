@@ -84,7 +84,7 @@ from pathlib import Path
 # Run by path, the bench has its own folder on sys.path, not the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.soak.catalog import BOUND, Fault, Hit, schedule
-from bench.soak.checks import API_DOWN, ArtifactLedger, JobLedger, RetractionLedger, leftovers, pods, whole
+from bench.soak.checks import ArtifactLedger, JobLedger, RetractionLedger, leftovers, pods, whole
 from bench.soak.load import Window, start_load
 from bench.soak.report import Row, count, memory_row, table
 from bench.soak.stage import (
@@ -98,7 +98,7 @@ from bench.soak.stage import (
     soak_scene,
 )
 from e2e.capacity import TINY_BYTES_PER_TOKEN
-from e2e.qm import service_url
+from e2e.qm import API_DOWN, service_url
 
 from kvant_dev.loadgen import LoadShape
 
