@@ -35,6 +35,7 @@ LIMITS = {
 }
 GATE_MODES = {
     "off": {"mode": "off"},
+    "engine": {"mode": "enforce", "admission": "engine"},
     "worstCase": {"mode": "enforce", "admission": "worstCase"},
     "forecast": {"mode": "enforce", "admission": "forecast"},
 }
@@ -97,8 +98,12 @@ def serving_front(
     mode: str,
     limits: dict[str, object] | None = None,
     gate_flags: Sequence[str] = (),
+    *,
+    base: dict[str, object] | None = None,
 ) -> Iterator[Stack]:
-    """A front in `mode` before an engine that is already serving (the simulator, or the real one)."""
+    """A front in `mode` before an engine that is already serving (the simulator, or the real one);
+    its limits are `base` (the simulator benches' `LIMITS` unless given: `{}` for the product's
+    defaults), then `limits`, then the mode's."""
     front = free_port()
     kvant = [sys.executable, "-m", "kvant_cli.main"]
     if mode == DETECTOR:
@@ -106,7 +111,8 @@ def serving_front(
         front_cmd += ["--upstream", engine_url]
     else:
         path = workdir / f"limits-{mode}.yaml"
-        path.write_text(render_limits(parse_limits({**LIMITS, **(limits or {}), **GATE_MODES[mode]})))
+        merged = {**(LIMITS if base is None else base), **(limits or {}), **GATE_MODES[mode]}
+        path.write_text(render_limits(parse_limits(merged)))
         front_cmd = [*kvant, "gate", "--listen", f"127.0.0.1:{front}", "--upstream", engine_url]
         front_cmd += ["--limits", str(path), *gate_flags]
     proc = subprocess.Popen(front_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

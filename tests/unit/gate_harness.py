@@ -61,6 +61,8 @@ class HeldEngine:
         self.seen: list[tuple[str, str]] = []  # (method, path) of every request that reached it
         self.bodies: list[Any] = []  # the JSON bodies of generation requests, as forwarded
         self.completion_tokens = 16  # what /generate reports it generated (the gate's forecast learns it)
+        self.waiting = 0  # what /v1/loads reports waiting in the engine besides what it holds
+        self.loads_status = 200
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._record])
@@ -74,6 +76,7 @@ class HeldEngine:
         # the gate forwards.
         app.router.add_get("/v1/models", self._echo_headers)
         app.router.add_get("/get_server_info", self._server_info)
+        app.router.add_get("/v1/loads", self._loads)
         return app
 
     @web.middleware
@@ -129,6 +132,19 @@ class HeldEngine:
 
     async def _health(self, _request: web.Request) -> web.Response:
         return web.Response(text="ok")
+
+    async def _loads(self, _request: web.Request) -> web.Response:
+        """SGLang's /v1/loads: what it holds runs, `waiting` more wait."""
+        if self.loads_status != 200:
+            return web.Response(status=self.loads_status, text="loads unavailable")
+        capacity = self.max_total_num_tokens or 1000
+        load = {
+            "num_running_reqs": self.running,
+            "num_waiting_reqs": self.waiting,
+            "num_used_tokens": int(self.token_usage * capacity),
+            "max_total_num_tokens": capacity,
+        }
+        return web.json_response({"version": "0.5.23", "loads": [load]})
 
     async def _server_info(self, _request: web.Request) -> web.Response:
         return web.json_response({"version": "0.4.0", "max_total_num_tokens": self.server_info_tokens})

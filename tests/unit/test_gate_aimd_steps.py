@@ -1,4 +1,5 @@
-"""The local fast loop's AIMD: cut multiplicatively when saturated, grow additively when healthy."""
+"""The local fast loop's AIMD: cut multiplicatively when the engine retracts, grow additively when
+clean, and slowly near the level that last retracted; a full cache alone is no reason to cut."""
 
 from __future__ import annotations
 
@@ -16,29 +17,57 @@ def test_starts_at_the_ceiling_min_of_max_concurrency_and_concurrency_max():
     assert ConcurrencyController(parse_limits(LIMITS)).value == 64
 
 
-def test_token_usage_over_target_cuts_by_the_decrease_factor_with_a_readable_reason():
+def test_a_full_cache_without_retractions_does_not_cut():
     controller = ConcurrencyController(parse_limits(LIMITS))
-    change = controller.step(_sample(0.96), now=0.0, in_flight=64)
+    controller.value = 40
+    for tick in range(5):
+        controller.step(_sample(0.99), now=float(tick), in_flight=40)
+    assert controller.value == 45
+
+
+def test_a_retraction_cuts_from_what_was_in_flight_with_a_readable_reason():
+    controller = ConcurrencyController(parse_limits(LIMITS))
+    controller.step(_sample(retracted=0), now=0.0, in_flight=40)
+    change = controller.step(_sample(retracted=2), now=1.0, in_flight=40)
     assert change is not None
-    assert (change.old, change.new, change.direction, change.signal) == (64, 48, "down", "token_usage")
-    assert change.reason == "token_usage 0.96 > 0.90; concurrency 64 → 48"
+    assert (change.old, change.new, change.direction, change.signal) == (64, 30, "down", "retractions")
+    assert change.reason == "2 retractions/min > maxRetractionsPerMinute 0; concurrency 64 → 30"
 
 
 def test_no_second_cut_until_in_flight_has_drained_to_the_new_limit():
     controller = ConcurrencyController(parse_limits(LIMITS))
-    controller.step(_sample(0.96), now=0.0, in_flight=64)
-    assert controller.step(_sample(0.96), now=1.0, in_flight=60) is None
+    controller.step(_sample(retracted=0), now=0.0, in_flight=64)
+    controller.step(_sample(retracted=1), now=1.0, in_flight=64)
     assert controller.value == 48
-    change = controller.step(_sample(0.96), now=2.0, in_flight=48)
+    assert controller.step(_sample(retracted=2), now=2.0, in_flight=60) is None
+    assert controller.value == 48
+    change = controller.step(_sample(retracted=3), now=3.0, in_flight=48)
     assert change is not None and change.new == 36
+
+
+def test_clean_ticks_grow_fast_then_slowly_near_the_level_that_retracted_which_is_forgotten_later():
+    controller = ConcurrencyController(parse_limits(LIMITS))
+    controller.step(_sample(retracted=0), now=0.0, in_flight=40)
+    controller.step(_sample(retracted=1), now=1.0, in_flight=40)
+    assert controller.value == 30
+    values = []
+    for tick in range(2, 40):
+        controller.step(_sample(retracted=1), now=float(tick), in_flight=0)
+        values.append(controller.value)
+    # Up to 90% of 40 a step a second; past it one step per 30 s since the retraction.
+    assert values[:6] == [31, 32, 33, 34, 35, 36]
+    assert max(values) == 37 and values.index(37) == 31 - 2
+    controller.step(_sample(retracted=1), now=400.0, in_flight=0)  # 300 s clean: forgotten
+    assert controller.value == 38
+    controller.step(_sample(retracted=1), now=401.0, in_flight=0)
+    assert controller.value == 39
 
 
 def test_healthy_ticks_grow_by_the_increase_step_up_to_the_ceiling():
     controller = ConcurrencyController(
         parse_limits({**LIMITS, "concurrency": {"min": 4, "max": 128, "increaseStep": 5}})
     )
-    controller.step(_sample(0.99), now=0.0, in_flight=0)
-    assert controller.value == 48
+    controller.value = 48
     values = []
     for tick in range(1, 6):
         controller.step(_sample(0.5), now=float(tick), in_flight=0)
@@ -46,19 +75,10 @@ def test_healthy_ticks_grow_by_the_increase_step_up_to_the_ceiling():
     assert values == [53, 58, 63, 64, 64]
 
 
-def test_at_target_exactly_is_healthy_just_above_is_not():
-    controller = ConcurrencyController(parse_limits(LIMITS))
-    controller.value = 10
-    controller.step(_sample(0.90), now=0.0, in_flight=10)
-    assert controller.value == 11
-    controller.step(_sample(0.9001), now=1.0, in_flight=11)
-    assert controller.value == 8
-
-
 def test_cuts_never_go_below_concurrency_min():
     controller = ConcurrencyController(parse_limits(LIMITS))
     for tick in range(50):
-        controller.step(_sample(1.0), now=float(tick), in_flight=0)
+        controller.step(_sample(retracted=tick), now=float(tick), in_flight=0)
     assert controller.value == 4
 
 

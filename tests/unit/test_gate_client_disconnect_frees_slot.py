@@ -15,7 +15,7 @@ BODY = {"text": "hello", "sampling_params": {"max_new_tokens": 16}}
 
 def test_a_cancelled_waiter_leaves_the_queue_and_unblocks_the_next():
     async def scenario() -> None:
-        admission = Admission(parse_limits({"maxConcurrency": 100}))
+        admission = Admission(parse_limits({"admission": "worstCase", "maxConcurrency": 100}))
         admission.set_token_capacity(1000)
         holder = await admission.acquire(600)
         big = asyncio.create_task(admission.acquire(600))  # blocks the head of the queue

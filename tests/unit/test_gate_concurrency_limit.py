@@ -11,7 +11,9 @@ from tests.unit.gate_harness import run, until
 
 def test_in_flight_never_exceeds_effective_concurrency_and_queue_drains_in_order():
     async def scenario() -> None:
-        admission = Admission(parse_limits({"maxConcurrency": 3, "concurrency": {"min": 1, "max": 3}}))
+        admission = Admission(
+            parse_limits({"admission": "worstCase", "maxConcurrency": 3, "concurrency": {"min": 1, "max": 3}})
+        )
         assert admission.concurrency == 3
         tickets = [await admission.acquire(1) for _ in range(3)]
         order: list[int] = []
@@ -34,7 +36,9 @@ def test_in_flight_never_exceeds_effective_concurrency_and_queue_drains_in_order
 
 def test_lowering_concurrency_holds_new_requests_until_in_flight_drains():
     async def scenario() -> None:
-        admission = Admission(parse_limits({"maxConcurrency": 4, "concurrency": {"min": 1, "max": 4}}))
+        admission = Admission(
+            parse_limits({"admission": "worstCase", "maxConcurrency": 4, "concurrency": {"min": 1, "max": 4}})
+        )
         held = [await admission.acquire(1) for _ in range(3)]
         admission.set_concurrency(2)
         newcomer = asyncio.create_task(admission.acquire(1))

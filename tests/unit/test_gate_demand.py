@@ -20,7 +20,9 @@ BUDGET = int(1000 * (1 - ESTIMATE_HEADROOM))
 
 
 def _admission(capacity: int | None = 1000, concurrency: int = 10) -> Admission:
-    admission = Admission(parse_limits({"maxConcurrency": concurrency, "maxQueued": 10}))
+    admission = Admission(
+        parse_limits({"admission": "worstCase", "maxConcurrency": concurrency, "maxQueued": 10})
+    )
     admission.set_token_capacity(capacity)
     return admission
 

@@ -147,10 +147,12 @@ def test_learned_answers_let_more_requests_in_and_worst_case_switches_back_under
 
 def test_the_budget_check_counts_the_margin_for_every_sequence_in_flight() -> None:
     async def scenario() -> None:
-        limits = parse_limits({"mode": "enforce", "maxConcurrency": 64, "concurrency": {"min": 1}})
+        limits = parse_limits(
+            {"mode": "enforce", "admission": "forecast", "maxConcurrency": 64, "concurrency": {"min": 1}}
+        )
         admission = Admission(limits)
         admission.set_token_capacity(1000)  # budget 950
-        admission.margin = lambda sequences: 100 * sequences
+        admission.set_margin(lambda sequences: 100 * sequences)
         first = await admission.acquire(300)
         second = await admission.acquire(200, sequences=2)  # 300 + 200 + margin(3) 300 = 800
         assert admission.in_flight_sequences == 3

@@ -18,7 +18,9 @@ from tests.unit.gate_harness import (
 def test_observe_admits_over_both_limits_and_names_them():
     async def scenario() -> None:
         admission = Admission(
-            parse_limits({"mode": "observe", "maxConcurrency": 1, "concurrency": {"min": 1}})
+            parse_limits(
+                {"admission": "worstCase", "mode": "observe", "maxConcurrency": 1, "concurrency": {"min": 1}}
+            )
         )
         admission.set_token_capacity(100)
         first = await admission.acquire(80)
@@ -32,11 +34,17 @@ def test_observe_admits_over_both_limits_and_names_them():
 
 def test_switching_from_enforce_to_off_releases_the_queue():
     async def scenario() -> None:
-        admission = Admission(parse_limits({"maxConcurrency": 1, "concurrency": {"min": 1}}))
+        admission = Admission(
+            parse_limits({"admission": "worstCase", "maxConcurrency": 1, "concurrency": {"min": 1}})
+        )
         holder = await admission.acquire(1)
         queued = [asyncio.create_task(admission.acquire(1)) for _ in range(3)]
         await until(lambda: admission.queue_length == 3, "three queued requests")
-        admission.set_limits(parse_limits({"mode": "off", "maxConcurrency": 1, "concurrency": {"min": 1}}))
+        admission.set_limits(
+            parse_limits(
+                {"admission": "worstCase", "mode": "off", "maxConcurrency": 1, "concurrency": {"min": 1}}
+            )
+        )
         tickets = await asyncio.gather(*queued)
         assert all(t.over_limits == () for t in tickets)
         assert admission.in_flight == 4

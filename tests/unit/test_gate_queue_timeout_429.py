@@ -21,7 +21,14 @@ from tests.unit.gate_harness import (
 def test_a_queued_request_is_rejected_when_its_wait_times_out():
     async def scenario() -> None:
         admission = Admission(
-            parse_limits({"maxConcurrency": 1, "queueTimeoutSeconds": 0.05, "concurrency": {"min": 1}})
+            parse_limits(
+                {
+                    "admission": "worstCase",
+                    "maxConcurrency": 1,
+                    "queueTimeoutSeconds": 0.05,
+                    "concurrency": {"min": 1},
+                }
+            )
         )
         holder = await admission.acquire(1)
         with pytest.raises(Rejected) as raised:
@@ -38,7 +45,11 @@ def test_a_queued_request_is_rejected_when_its_wait_times_out():
 
 def test_a_full_queue_rejects_at_once():
     async def scenario() -> None:
-        admission = Admission(parse_limits({"maxConcurrency": 1, "maxQueued": 1, "concurrency": {"min": 1}}))
+        admission = Admission(
+            parse_limits(
+                {"admission": "worstCase", "maxConcurrency": 1, "maxQueued": 1, "concurrency": {"min": 1}}
+            )
+        )
         holder = await admission.acquire(1)
         queued = asyncio.create_task(admission.acquire(1))
         await until(lambda: admission.queue_length == 1, "one queued request")

@@ -68,15 +68,30 @@ def test_failing_engine_metrics_drive_the_gate_to_min_and_recovery_raises_it_aga
     run(scenario())
 
 
-def test_token_usage_over_target_at_the_engine_lowers_the_gate_limit(tmp_path):
+def test_retractions_at_the_engine_lower_the_gate_limit_and_a_full_cache_alone_does_not(tmp_path):
     async def scenario() -> None:
         limits = KubeletLimitsDir(tmp_path)
         limits.write({"maxConcurrency": 32, "targetTokenUsage": 0.8, "concurrency": {"min": 2}})
         async with held_engine() as engine, gate_in_front_of(engine.url, limits) as (gate, url):
             engine.token_usage = 0.95
-            await until(lambda: gate.admission.concurrency == 2, "the limit to fall to min under saturation")
             async with aiohttp.ClientSession() as session:
-                assert await gate_metric(session, url, "kvant_gate_engine_token_usage") == 0.95
-                assert await gate_metric(session, url, "kvant_gate_effective_concurrency") == 2
+                await until(
+                    lambda: _gauge(session, url, "kvant_gate_engine_token_usage", 0.95),
+                    "the gate to read 0.95",
+                )
+                assert gate.admission.concurrency == 32
+                engine.retracted_total = 3
+                await until(lambda: gate.admission.concurrency < 32, "the limit to fall on retractions")
+                assert await gate_metric(
+                    session,
+                    url,
+                    "kvant_gate_concurrency_changes_total",
+                    direction="down",
+                    signal="retractions",
+                )
 
     run(scenario())
+
+
+async def _gauge(session: aiohttp.ClientSession, url: str, name: str, value: float) -> bool:
+    return await gate_metric(session, url, name) == value

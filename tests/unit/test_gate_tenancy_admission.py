@@ -34,7 +34,8 @@ class Clock:
 
 
 def _admission(clock: Clock | None = None, **limits: Any) -> Admission:
-    document = {"maxConcurrency": 1, "queueTimeoutSeconds": 3600, **limits}
+    # The gate's own reservations (worstCase): these tests are about the order, not the engine's state.
+    document = {"admission": "worstCase", "maxConcurrency": 1, "queueTimeoutSeconds": 3600, **limits}
     return Admission(parse_limits(document), clock=clock or Clock())
 
 
@@ -531,9 +532,10 @@ def test_a_tenant_over_its_token_rate_is_told_when_to_retry() -> None:
 def test_a_refund_gives_back_what_was_charged_though_the_limits_changed_meanwhile() -> None:
     async def scenario() -> None:
         clock = Clock()
-        unmetered = parse_limits({"maxConcurrency": 1, "queueTimeoutSeconds": 3600})
+        unmetered = parse_limits({"admission": "worstCase", "maxConcurrency": 1, "queueTimeoutSeconds": 3600})
         metered = parse_limits(
             {
+                "admission": "worstCase",
                 "maxConcurrency": 1,
                 "queueTimeoutSeconds": 3600,
                 "tenancy": {"tenants": [{"name": "t", "tokensPerMinute": 600}]},  # 10 tokens a second
@@ -583,7 +585,9 @@ def test_a_live_edit_of_the_classes_reorders_the_queue_at_once() -> None:
             named[tenant] = _task(admission.acquire(1, tenant=tenant, priority=priority))
             await settle()
         promoted = {"tenants": [{"name": "b", "priority": "critical"}, {"name": "c", "priority": "critical"}]}
-        admission.set_limits(parse_limits({"maxConcurrency": 1, "tenancy": promoted}))
+        admission.set_limits(
+            parse_limits({"admission": "worstCase", "maxConcurrency": 1, "tenancy": promoted})
+        )
         # c named its class (its key did): the limits do not move it.
         assert admission.queued_by_tenant() == {
             ("a", "standard"): 1,

@@ -15,7 +15,7 @@ from tests.unit.gate_harness import KubeletLimitsDir, gate_in_front_of, held_eng
 
 
 def _admission(capacity: int = 1000, **limits: object) -> Admission:
-    admission = Admission(parse_limits({"maxConcurrency": 100, **limits}))
+    admission = Admission(parse_limits({"admission": "worstCase", "maxConcurrency": 100, **limits}))
     admission.set_token_capacity(capacity)
     return admission
 
@@ -113,7 +113,9 @@ def test_queue_is_strict_fifo_a_large_head_is_not_overtaken():
 
 def test_unknown_engine_capacity_fails_open_on_tokens_but_not_on_concurrency():
     async def scenario() -> None:
-        admission = Admission(parse_limits({"maxConcurrency": 2, "concurrency": {"min": 1, "max": 2}}))
+        admission = Admission(
+            parse_limits({"admission": "worstCase", "maxConcurrency": 2, "concurrency": {"min": 1, "max": 2}})
+        )
         assert admission.token_capacity is None
         a = await admission.acquire(10**9)
         b = await admission.acquire(10**9)

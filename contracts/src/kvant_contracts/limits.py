@@ -29,8 +29,8 @@ Mode = Literal["enforce", "observe", "off"]
 MODES: tuple[Mode, ...] = ("enforce", "observe", "off")
 Oversize = Literal["refuse", "runAlone"]
 OVERSIZE: tuple[Oversize, ...] = ("refuse", "runAlone")
-AdmissionMode = Literal["forecast", "worstCase"]
-ADMISSION_MODES: tuple[AdmissionMode, ...] = ("forecast", "worstCase")
+AdmissionMode = Literal["engine", "forecast", "worstCase"]
+ADMISSION_MODES: tuple[AdmissionMode, ...] = ("engine", "forecast", "worstCase")
 LIMITS_FILE = "limits.yaml"  # the ConfigMap key, hence the file name in the gate's mount
 # What the operator always writes, so a file missing one of them is incomplete, not "defaults".
 FILE_FIELDS = (
@@ -83,9 +83,11 @@ class Limits:
     defaultMaxTokens: int = 2048
     # A request that needs more KV than the whole budget: 413 (refuse), or run it with nothing else.
     oversizeRequests: Oversize = "refuse"
-    # What a request reserves: its prompt plus a forecast of its output (learned from the model's
-    # answers), or its whole output limit (worstCase: never a retraction, fewer requests admitted).
-    admission: AdmissionMode = "forecast"
+    # How the gate decides a request may start: on the engine's own state (engine: keep its waiting
+    # queue short, let it reserve KV as it does anyway), or by reserving tokens itself, its prompt plus
+    # a forecast of its output (forecast) or its whole output limit (worstCase: never a retraction,
+    # fewer requests admitted). bench/README "Protection on the real engine" measured the choice.
+    admission: AdmissionMode = "engine"
     forecastQuantile: float = 0.95
     # Tenants, priority classes and fair shares (kvant_contracts.tenancy); the default is one tenant.
     tenancy: Tenancy = field(default_factory=Tenancy)

@@ -636,9 +636,12 @@ class LimitsSpec(ApiModel):
     )
     admission: AdmissionMode = Field(
         default=GATE_DEFAULTS.admission,
-        description="What a request reserves in the KV budget: its prompt plus a forecast of its output "
-        "learned from the model's recent answers (forecast), or its whole output limit (worstCase: the "
-        "engine never retracts, but fewer requests are admitted when answers end early).",
+        description="How the gate decides a request may start. engine (the default): on the engine's own "
+        "state, keeping its waiting queue short but never empty and letting SGLang reserve KV as it does "
+        "anyway, while retractions narrow the effective concurrency. Or the gate reserves KV itself, a "
+        "second time: the prompt plus a forecast of the output learned from recent answers (forecast), or "
+        "the whole output limit (worstCase: the engine never retracts, but fewer requests are admitted when "
+        "answers end early). See docs/concepts/admission.md.",
     )
     forecast_quantile: float = Field(
         default=GATE_DEFAULTS.forecastQuantile,
@@ -705,7 +708,9 @@ class ProtectionSpec(ApiModel):
         default=GATE_DEFAULTS.targetTokenUsage,
         gt=0,
         le=1,
-        description=f"KV cache usage (0-1, like {TOKEN_USAGE}) protection holds below.",
+        description=f"KV cache usage (0-1, like {TOKEN_USAGE}) at which a replica counts as full: the "
+        "router sends new requests to other replicas first, and KvantKVCacheOverTarget fires when a replica "
+        "stays above it while requests wait. A full cache is not a reason to narrow: only retractions are.",
     )
     max_retractions_per_minute: int = Field(
         default=GATE_DEFAULTS.maxRetractionsPerMinute,

@@ -1,14 +1,21 @@
-"""The local fast loop's rule for the effective concurrency: AIMD on the engine's own signals.
+"""The local fast loop's rule for the effective concurrency: AIMD on the engine's retractions.
 
 Each tick gets one engine sample (or None when `/metrics` failed or lacked token_usage).
-- Saturated: the sample is missing (stale metrics count as saturated), token_usage is above
-  targetTokenUsage, or retractions per minute (`kvant_contracts.retraction_rate`, the operator's
+- Retracting: the engine's retractions per minute (`kvant_contracts.retraction_rate`, the operator's
   rate too) exceed maxRetractionsPerMinute and grew since the previous tick. The limit drops to
-  floor(limit * decreaseFactor).
-  A cut acts only as in-flight requests finish, and the cache stays full until then; so
-  while in-flight requests still exceed the limit, a fresh sample does not cut again.
-  Stale samples always cut: there is no signal to wait for.
-- Healthy (token_usage at or below target, no new retractions): the limit grows by increaseStep.
+  floor(decreaseFactor x the requests in flight, or the limit if lower): the concurrency that
+  retracted, not a ceiling the gate never reached. That level is remembered.
+- Stale: the sample is missing (stale metrics count as saturated): the limit drops by the factor.
+  A cut acts only as in-flight requests finish, and the cache stays full until then; so while
+  in-flight requests still exceed the limit, a fresh sample does not cut again. Stale samples
+  always cut: there is no signal to wait for.
+- Clean (no new retraction): the limit grows by increaseStep a tick, but within `NEAR_SHARE` of the
+  level that last retracted by one step per `NEAR_SECONDS` only, so the loop probes the edge that
+  cost a retraction slowly instead of every few seconds; after `FORGET_SECONDS` without a
+  retraction the level is forgotten (the traffic has changed).
+A full cache is not a reason to narrow: SGLang itself decides what fits its cache (the gate keeps its
+waiting queue short, `admit.engine_queue`), and a full cache without retractions is the goal.
+`targetTokenUsage` no longer moves this limit (docs/concepts/admission.md).
 The limit always stays within [concurrency floor, ceiling] of the current limits
 (ceiling = min(concurrency.max, maxConcurrency)).
 """
@@ -42,6 +49,11 @@ class Change:
     reason: str  # for logs and events, e.g. "token_usage 0.96 > 0.90; concurrency 64 → 48"
 
 
+NEAR_SHARE = 0.9
+NEAR_SECONDS = 30.0
+FORGET_SECONDS = 300.0
+
+
 class ConcurrencyController:
     """Holds the effective concurrency and moves it one AIMD step per tick."""
 
@@ -49,6 +61,8 @@ class ConcurrencyController:
         self.limits = limits
         self.value = limits.concurrency_ceiling
         self._retractions = RetractionRate()
+        self._retracted_at: tuple[int, float] | None = None  # (the in-flight level, when)
+        self._last_near_step = -math.inf
 
     def set_limits(self, limits: Limits) -> Change | None:
         """Applies new limits; clamps the value into the new bounds at once."""
@@ -62,30 +76,37 @@ class ConcurrencyController:
     def step(self, sample: EngineSample | None, now: float, in_flight: int) -> Change | None:
         """One tick: `now` is a monotonic time, `in_flight` the gate's in-flight requests."""
         if sample is None:
-            return self._decrease("stale_metrics", "engine metrics are stale or failing")
+            return self._decrease(self.value, "stale_metrics", "engine metrics are stale or failing")
         retractions = self._retractions.observe(now, sample.retracted_total)
         grew, per_minute = retractions.grew, retractions.per_minute or 0.0
-        target, allowance = self.limits.targetTokenUsage, self.limits.maxRetractionsPerMinute
-        if in_flight <= self.value:
-            if sample.token_usage > target:
-                return self._decrease("token_usage", f"token_usage {sample.token_usage:.2f} > {target:.2f}")
-            if grew and per_minute > allowance:
-                return self._decrease(
-                    "retractions", f"{per_minute:g} retractions/min > maxRetractionsPerMinute {allowance}"
-                )
+        allowance = self.limits.maxRetractionsPerMinute
+        if grew and per_minute > allowance:
+            if in_flight > self.value:  # the last cut has not acted yet
+                return None
+            level = min(self.value, in_flight) if in_flight > 0 else self.value
+            self._retracted_at = (level, now)
+            return self._decrease(
+                level, "retractions", f"{per_minute:g} retractions/min > maxRetractionsPerMinute {allowance}"
+            )
         # Retractions within the allowance do not cut, but they are no sign of room either.
-        if sample.token_usage <= target and not grew:
-            return self._increase()
+        if not grew:
+            return self._increase(now)
         return None
 
-    def _decrease(self, signal: str, why: str) -> Change | None:
-        new = max(
-            self.limits.concurrency_floor, math.floor(self.value * self.limits.concurrency.decreaseFactor)
-        )
+    def _decrease(self, level: int, signal: str, why: str) -> Change | None:
+        new = max(self.limits.concurrency_floor, math.floor(level * self.limits.concurrency.decreaseFactor))
         return self._move(new, "down", signal, why)
 
-    def _increase(self) -> Change | None:
+    def _increase(self, now: float) -> Change | None:
         new = min(self.limits.concurrency_ceiling, self.value + self.limits.concurrency.increaseStep)
+        if self._retracted_at is not None:
+            level, when = self._retracted_at
+            if now - when > FORGET_SECONDS:
+                self._retracted_at = None
+            elif new > NEAR_SHARE * level:
+                if now - max(when, self._last_near_step) < NEAR_SECONDS:
+                    return None
+                self._last_near_step = now
         return self._move(new, "up", "healthy", "engine healthy")
 
     def _move(self, new: int, direction: str, signal: str, why: str) -> Change | None:

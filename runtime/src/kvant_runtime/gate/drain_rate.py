@@ -36,7 +36,11 @@ class DrainRate:
         if self.seconds >= RATE_SAMPLE_SECONDS:
             sample = self.tokens / self.seconds
             if self.value is None:
-                self.value = sample
+                # A first window with nothing released is no measurement of the rate (a release a
+                # second reads as 0 in half of its half-second windows): it would refuse every
+                # queued request as never able to start, until the average recovered.
+                if self.tokens > 0:
+                    self.value = sample
             else:  # weighted by the time the sample covers, as its samples come irregularly
                 self.value += (1.0 - math.exp(-self.seconds / RATE_TAU_SECONDS)) * (sample - self.value)
             self.tokens, self.seconds = 0, 0.0

@@ -35,7 +35,7 @@ from kvant_runtime.gate.forecast import OutputForecast
 from kvant_runtime.gate.gate_metrics import GateMetrics, bind_forecast, bind_prompt_counter
 from kvant_runtime.gate.limits_source import LimitsFile, LimitsSource
 from kvant_runtime.gate.limits_watch import ConfigMapWatch, LimitsConfigMap
-from kvant_runtime.gate.loops import LimitsFollower, LocalLoop, watch_limits
+from kvant_runtime.gate.loops import EngineLoadLoop, LimitsFollower, LocalLoop, watch_limits
 from kvant_runtime.gate.port_relay import RelayConfig, running_relay
 from kvant_runtime.gate.proxy import Proxy
 from kvant_runtime.prompt_counter import load_counter
@@ -84,7 +84,7 @@ class Gate:
         self.controller = ConcurrencyController(limits)
         self.metrics = GateMetrics(self.admission)
         self.forecast = OutputForecast()
-        self.admission.margin = self._forecast_margin
+        self.admission.set_margin(self._forecast_margin)
         bind_forecast(self.metrics, self.forecast, self.admission)
         self.counter = load_counter(config.tokenizer)
         bind_prompt_counter(self.metrics, self.counter)
@@ -221,6 +221,9 @@ async def running_gate(config: GateConfig) -> AsyncIterator[tuple[Gate, list[tup
             )
             tasks = [
                 asyncio.create_task(loop.run(), name="gate-local-loop"),
+                asyncio.create_task(
+                    EngineLoadLoop(session, config.upstream, gate.admission).run(), name="gate-engine-load"
+                ),
                 asyncio.create_task(
                     watch_limits(sources, LimitsFollower(first.content, gate.apply_limits, gate.metrics)),
                     name="gate-limits-reload",

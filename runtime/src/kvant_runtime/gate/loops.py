@@ -1,4 +1,4 @@
-"""The gate's two background loops.
+"""The gate's three background loops.
 
 - Limits: put in force what the limits sources offer (the mounted file, polled every `interval`,
   and the limits ConfigMap through the API when the pod has access), as `LimitsArbiter` decides
@@ -6,6 +6,9 @@
   logged once and the last good limits stay in force.
 - Local fast loop, one tick every `interval` seconds (~1 s): read the engine's `/metrics`, learn its
   KV capacity, and move the effective concurrency one AIMD step (see `concurrency`).
+- Engine load, every `LOAD_POLL_SECONDS` while anything is held or queued (`LOAD_IDLE_SECONDS`
+  otherwise): read the engine's `/v1/loads` snapshot into the admission's room (`engine_load`), which
+  `engine` admission acts on. A read that fails leaves the last snapshot to go stale (`admit.room`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import aiohttp
 from kvant_contracts.limits import Limits, LimitsError, parse_limits_text
 from kvant_runtime.gate.admission import Admission
 from kvant_runtime.gate.concurrency import Change, ConcurrencyController, EngineSample
+from kvant_runtime.gate.engine_load import EngineLoadError, fetch_loads
 from kvant_runtime.gate.engine_metrics import EngineMetricsError, fetch_engine_sample, fetch_token_capacity
 from kvant_runtime.gate.forecast import OutputForecast
 from kvant_runtime.gate.gate_metrics import GateMetrics
@@ -27,6 +31,12 @@ from kvant_runtime.gate.limits_source import ORIGINS, LimitsArbiter, LimitsSourc
 
 log = logging.getLogger("kvant.gate")
 _SOURCE_RESTART_SECONDS = 1.0
+# SGLang answers /v1/loads from shared memory and publishes a new snapshot on every prefill batch and
+# every 15 decode steps (0.15-0.5 s on a GPU): reading every 50 ms while there is traffic follows it
+# at 20 small GETs a second to the engine's HTTP process, none to its scheduler.
+LOAD_POLL_SECONDS = 0.05
+LOAD_IDLE_SECONDS = 0.5
+_LOAD_READ_TIMEOUT = 1.0
 
 
 class LimitsFollower:
@@ -182,3 +192,35 @@ class LocalLoop:
         if capacity is not None and capacity != self.admission.token_capacity:
             log.info("event=engine_capacity max_total_num_tokens=%d", capacity)
             self.admission.set_token_capacity(capacity)
+
+
+class EngineLoadLoop:
+    """The engine's `/v1/loads` → the admission's room."""
+
+    def __init__(self, session: aiohttp.ClientSession, upstream: str, admission: Admission) -> None:
+        self.session = session
+        self.upstream = upstream.rstrip("/")
+        self.admission = admission
+        self._failing = False
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.tick()
+            except Exception:
+                log.exception("event=engine_load_error")
+            busy = self.admission.in_flight or self.admission.queue_length
+            await asyncio.sleep(LOAD_POLL_SECONDS if busy else LOAD_IDLE_SECONDS)
+
+    async def tick(self) -> None:
+        try:
+            load = await fetch_loads(self.session, self.upstream, _LOAD_READ_TIMEOUT, time.monotonic())
+        except EngineLoadError as err:
+            if not self._failing:
+                log.warning("event=engine_load_unreadable counted_as=saturated_when_stale error=%s", err)
+            self._failing = True
+            return
+        if self._failing:
+            log.info("event=engine_load_readable running=%d waiting=%d", load.running, load.waiting)
+        self._failing = False
+        self.admission.set_engine_load(load)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kvant_runtime.sim.engine import Engine, Request
+from kvant_runtime.sim.load_snapshot import LoadSnapshots
 from kvant_runtime.sim.sim_metrics import EngineMetrics
 
 
@@ -27,9 +28,10 @@ class Stream:
 
 
 class RealTimeEngine:
-    def __init__(self, engine: Engine, metrics: EngineMetrics) -> None:
+    def __init__(self, engine: Engine, metrics: EngineMetrics, version: str = "") -> None:
         self.engine = engine
         self.metrics = metrics
+        self.loads = LoadSnapshots(engine, version)  # what GET /v1/loads answers
         self._streams: dict[Request, Stream] = {}
         self._work = asyncio.Event()
         self._ids = itertools.count()
@@ -75,6 +77,7 @@ class RealTimeEngine:
         while True:
             step = self.engine.step(loop.time())
             if step is None:
+                self.loads.after_step(None)
                 self.metrics.close_interval(loop.time())
                 self._work.clear()
                 await self._work.wait()
@@ -91,3 +94,4 @@ class RealTimeEngine:
                         stream.on_finish(request)
                     stream.tokens.put_nowait(None)
             self.metrics.observe_step(self.engine, step)
+            self.loads.after_step(step.kind)

@@ -12,7 +12,7 @@
   `kvant_runtime.sim.pd_handoff`, the stand-in for SGLang's KV transfer.
 - `GET /health`, `GET /health_generate` (runs a one-token request),
   `GET /get_model_info`, `GET /get_server_info` (with `max_total_num_tokens`),
-  `GET /v1/models`, `GET /metrics`.
+  `GET /v1/models`, `GET /metrics`, `GET /v1/loads` (a published snapshot, `load_snapshot`).
 """
 
 from __future__ import annotations
@@ -86,7 +86,9 @@ class SimServer:
         # The served model's tokenizer where its folder has one (`--tokenizer`), as SGLang counts.
         self.counter = counter or ByteEstimate()
         self.registry = CollectorRegistry()
-        self.runner = RealTimeEngine(engine, EngineMetrics(info.model_name, self.registry))
+        self.runner = RealTimeEngine(
+            engine, EngineMetrics(info.model_name, self.registry), SGLANG_API_VERSION
+        )
         self._loop_task: asyncio.Task[None] | None = None
         self.handoffs = HandoffBoard()
         self._bootstrap_runner: web.AppRunner | None = None
@@ -104,6 +106,7 @@ class SimServer:
         app.router.add_get("/server_info", self.server_info)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/v1/loads", self.runner.loads.serve)
         app.on_startup.append(self._start_engine)
         app.on_cleanup.append(self._stop_engine)
         return app

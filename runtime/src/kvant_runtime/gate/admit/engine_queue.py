@@ -1,0 +1,51 @@
+"""`engine` admission: keep the engine's own waiting queue short but never empty.
+
+SGLang already reserves KV for what it takes from its waiting queue, exactly, with pages, and counts
+the radix cache's evictable tokens as room (`PrefillAdder`); a gate that reserved the same tokens again
+would keep the engine's queue dry and its batch below what the cache holds. So the gate lets a request
+through while the engine has fewer than `depth` waiting, and holds the rest in its own queue, where
+classes, fair shares and deadlines order them and where refusals are fast.
+
+What the engine has waiting is read from its `/v1/loads` snapshot, which lags by up to about 15
+decode steps; what the gate let through since is not in it yet. So the waiting count is the larger
+of the snapshot's and the gate's in-flight requests less the snapshot's running ones: a request the
+gate sent counts as waiting until the engine reports it running.
+
+Retractions come from the engine's optimism about its running batch, not from its queue; the local
+loop narrows the effective concurrency when they rise (`kvant_runtime.gate.concurrency`). A snapshot
+that is missing or stale counts as saturated: one request at a time, so traffic never stops.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from kvant_runtime.gate.engine_load import EngineLoad
+
+if TYPE_CHECKING:
+    from kvant_runtime.gate.admit.policies import Check
+
+# The engine's waiting queue the gate keeps: at least this many, so the next prefill batch always has
+# a request to take; and a quarter of the running batch, so a large batch refills as fast as it drains
+# (SGLang takes every waiting request that fits into one prefill batch).
+MIN_ENGINE_QUEUE = 2
+ENGINE_QUEUE_SHARE = 0.25
+
+
+def depth(load: EngineLoad) -> int:
+    return max(MIN_ENGINE_QUEUE, math.ceil(ENGINE_QUEUE_SHARE * load.running))
+
+
+def engine_waiting(load: EngineLoad, in_flight: int) -> int:
+    """Requests waiting in the engine or on their way to it."""
+    return max(load.waiting, in_flight - load.running)
+
+
+def blocks(check: Check) -> bool:
+    if check.limits.admission != "engine":
+        return False
+    load = check.room.fresh_engine(check.now)
+    if load is None:
+        return check.held.requests > 0
+    return engine_waiting(load, check.held.requests) >= check.share * depth(load)

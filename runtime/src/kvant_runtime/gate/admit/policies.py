@@ -1,0 +1,62 @@
+"""The admission policies and the one predicate over them.
+
+A policy is a module with one function, `blocks(check) -> bool`: whether the request in `check` must
+wait for it if started now. It reads; it never writes (the grant is `Admission._grant`'s alone).
+Each policy knows which admission modes it serves and answers False in the others. Adding one is a
+new module and one line in `POLICIES`; its name is the label observe mode reports it under
+(`kvant_gate_over_limit_total{limit=...}`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kvant_contracts.limits import Limits
+from kvant_contracts.tenancy import Priority
+from kvant_runtime.gate.admit import concurrency_limit, critical_reserve, engine_queue, kv_peak, token_budget
+from kvant_runtime.gate.admit.claims import Held
+from kvant_runtime.gate.admit.room import Room
+
+
+@dataclass(frozen=True)
+class Check:
+    """A request that could start now, and everything a policy may read to say whether it may."""
+
+    tokens: int  # what it reserves
+    output_tokens: int  # of `tokens`, its output limit (the rest is prompt)
+    sequences: int
+    priority: Priority  # the class in force
+    held: Held
+    room: Room
+    limits: Limits
+    share: float  # the part of the room its class may fill (critical_reserve)
+    now: float  # on the admission's clock
+
+
+Policy = Callable[[Check], bool]
+
+POLICIES: dict[str, Policy] = {
+    "concurrency": concurrency_limit.blocks,
+    "token_budget": token_budget.blocks,
+    "engine_queue": engine_queue.blocks,
+    "kv_peak": kv_peak.blocks,
+}
+
+
+def over(
+    tokens: int,
+    output_tokens: int,
+    *,
+    sequences: int,
+    priority: Priority,
+    held: Held,
+    room: Room,
+    limits: Limits,
+    critical_waiting: bool,
+    now: float,
+) -> tuple[str, ...]:
+    """The policies a request would break if it started now, in registration order; () if none."""
+    share = critical_reserve.share(priority, limits, held, critical_waiting=critical_waiting)
+    check = Check(tokens, output_tokens, sequences, priority, held, room, limits, share, now)
+    return tuple(name for name, blocks in POLICIES.items() if blocks(check))
