@@ -1,11 +1,15 @@
 """The admission gate: a token-aware reverse proxy in front of one engine.
 
-- `limits`: the limits file (the ConfigMap the operator publishes) and its validation;
-- `admission`: who may run now, who waits, who is turned away (pure logic);
-- `concurrency`: the local fast loop's AIMD rule for the effective concurrency;
-- `engine_metrics`: reading the engine's `/metrics` and `/get_server_info`;
-- `loops`: the background loops (limits reload, engine metrics → concurrency);
-- `gate_metrics`: the gate's own Prometheus metrics (`kvant_gate_*`);
-- `proxy`: the aiohttp handlers;
-- `server`: wires it all together; `cli`: `kvant gate`.
+- `admission` and `admit/`: who may run now, who waits, who is turned away (pure logic, in stages:
+  the engine's room, the registered policies, the waiting room's order, one grant, release);
+- `engine_load`: the engine's `/v1/loads` snapshot, what `engine` admission acts on;
+- `engine_metrics` and `concurrency`: the engine's `/metrics`, and the local loop's AIMD on its
+  retractions;
+- `forecast`, `drain_rate`, `rate_buckets`, `refusals`: output forecasts, the queue's drain rate,
+  tenants' token rates, and the words of each refusal;
+- `loops`: the background loops (limits, engine metrics, engine load);
+- `limits_source` and `limits_watch`: the limits file and ConfigMap the operator publishes;
+- `proxy`, `access`, `route_policy`, `answer_relay`, `answer_counts`, `port_relay`, `draining`: the
+  HTTP edge;
+- `gate_metrics`, `gate_server`, `gate_command`: the gate's metrics, the wiring, `kvant gate`.
 """
