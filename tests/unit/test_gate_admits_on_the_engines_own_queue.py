@@ -15,6 +15,7 @@ from kvant_runtime.gate.admit.engine_queue import MIN_ENGINE_QUEUE, depth
 from kvant_runtime.gate.admit.kv_peak import future_peak, in_flight_growth
 from kvant_runtime.gate.admit.room import ENGINE_LOAD_STALE_SECONDS
 from kvant_runtime.gate.engine_load import EngineLoad, EngineLoadError, parse_loads
+from kvant_runtime.gate.refusals import Rejected
 from tests.unit.gate_harness import KubeletLimitsDir, held_engine_behind_gate, run, until
 
 
@@ -242,5 +243,27 @@ def test_a_snapshot_older_than_the_last_release_lets_nothing_new_through_until_a
         admission.set_engine_load(_load(clock, running=1, used=190, capacity=1000))
         admission.release(await third)
         admission.release(second)
+
+    run(scenario())
+
+
+def test_a_gate_without_a_waiting_room_skips_pacing_and_refuses_only_what_does_not_fit():
+    """`maxQueued: 0`: holding a request for the engine's queue or its next snapshot would refuse it
+    (a CI run's router test got 429s from idle replicas so); the KV and concurrency checks stay."""
+
+    async def scenario() -> None:
+        clock = Clock()
+        admission = Admission(parse_limits({"maxConcurrency": 8, "maxQueued": 0}), clock)
+        admission.set_engine_load(_load(clock, running=0, capacity=1000))
+        # Three 300-token growths peak at 900 of the 950 the check allows; engine_queue alone would
+        # have held the third (two on their way to an engine that reports none running).
+        tickets = [await admission.acquire(300, output_tokens=200) for _ in range(3)]
+        with pytest.raises(Rejected):  # a fourth would peak at 1,200
+            await admission.acquire(300, output_tokens=200)
+        clock.now += 0.5
+        admission.release(tickets.pop())  # after the snapshot: engine_snapshot would wait for the next
+        tickets.append(await admission.acquire(300, output_tokens=200))
+        for ticket in tickets:
+            admission.release(ticket)
 
     run(scenario())

@@ -15,7 +15,9 @@ from tests.unit.gate_harness import run, until
 
 
 def test_every_registered_policy_is_consulted_under_its_own_name():
-    assert list(policies.POLICIES) == ["concurrency", "token_budget", "engine_queue", "kv_peak"]
+    registered = ["concurrency", "token_budget", "engine_queue", "engine_snapshot", "kv_peak"]
+    assert list(policies.POLICIES) == registered
+    assert set(registered) >= policies.PACING
 
 
 def test_a_new_policy_is_one_function_registered_on_one_line(monkeypatch: pytest.MonkeyPatch):

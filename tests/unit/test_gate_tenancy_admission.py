@@ -470,6 +470,32 @@ def test_a_request_that_cannot_start_in_time_is_refused_at_once_once_a_rate_is_m
     run(scenario())
 
 
+def test_a_request_with_nothing_queued_ahead_is_not_refused_by_a_slow_drain_rate() -> None:
+    """A rate measured over a light load tells the demand, not the capacity: a lone request starts as
+    soon as the one in flight ends, whatever its own size (a CI run refused light-load requests when
+    their own tokens were counted as if they had to drain first)."""
+
+    async def scenario() -> None:
+        clock = Clock()
+        admission = _admission(clock)
+        holder = await admission.acquire(100)
+        waiting = _task(admission.acquire(100))
+        await settle()
+        clock.now += 1.0
+        admission.release(holder)  # measured: 100 tokens/s
+        await settle()
+        running = waiting.result()
+        assert admission.drain_rate == pytest.approx(100.0)
+        big = _task(admission.acquire(1000, deadline_seconds=1.0))  # 10 s at that rate, nothing ahead
+        await settle()
+        assert not big.done()
+        admission.release(running)
+        await settle()
+        admission.release(big.result())
+
+    run(scenario())
+
+
 def test_no_request_is_refused_early_before_a_drain_rate_is_measured() -> None:
     async def scenario() -> None:
         admission = _admission()

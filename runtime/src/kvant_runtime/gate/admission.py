@@ -239,8 +239,10 @@ class Admission:
 
     async def _queue(self, waiter: Waiter, timeout: float, reason: str) -> Ticket:
         now = self._clock()
-        # What must drain before it can start: what is queued ahead of it and its own tokens.
-        ahead = self._waiting.tokens_at_or_above(waiter.priority) + waiter.tokens
+        # What must drain before it can start: what is queued ahead of it. Not its own tokens: with
+        # nothing ahead a request starts as soon as the next one ends, and a rate measured over a
+        # light load (it tells the demand then, not the capacity) would refuse it for nothing.
+        ahead = self._waiting.tokens_at_or_above(waiter.priority)
         why = self._drain.why_late(now, ahead, timeout)
         if why is not None:
             raise refusals.too_late(self.limits, timeout, why)

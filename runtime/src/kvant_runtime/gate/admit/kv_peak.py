@@ -15,13 +15,11 @@ let through. What the engine reports (`/v1/loads`): how many run and the tokens 
 it published that. The tokens held less their prompts is what the running requests have generated
 together; it is shared among them by age (the oldest began first). Requests let through after the
 snapshot, or beyond the count it reports running, count as not started. A snapshot published before
-the gate last got a request back still counts that request's tokens, which no request in flight
-holds any more, and read as someone's progress they would make it look closer to its end than it
-is: so until a newer snapshot comes (SGLang publishes one every 15 decode steps at the latest, and
-the engine's own queue keeps its batch fed meanwhile) nothing new is let through. A request that
-starts in the engine later than assumed does not, nor does the decode step's own token; the check
-keeps the prompt estimate's headroom (`kvant_runtime.tokens.ESTIMATE_HEADROOM`) of the cache free
-for them.
+the gate last got a request back is waited out (`engine_snapshot`), except by a gate without a
+waiting room, which decides on it: the released request's tokens then read as the others' progress,
+an error of at most that request's size. A request that starts in the engine later than assumed does
+not, nor does the decode step's own token; the check keeps the prompt estimate's headroom
+(`kvant_runtime.tokens.ESTIMATE_HEADROOM`) of the cache free for them.
 """
 
 from __future__ import annotations
@@ -46,8 +44,6 @@ def blocks(check: Check) -> bool:
     load = check.room.fresh_engine(check.now)
     if load is None or not check.held.tickets:  # engine_queue decides on a missing snapshot
         return False
-    if load.as_of < check.held.last_release:
-        return True
     growths = in_flight_growth(check.held.tickets, load, check.now)
     growths.append(_not_started(check.tokens, check.output_tokens, check.sequences))
     # The headroom covers what the model of the future leaves out: a request that starts in the engine
