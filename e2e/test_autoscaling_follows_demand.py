@@ -73,7 +73,9 @@ class OpenLoop:
             time.sleep(1.0 / self.rate)
 
     def _one(self, phase: str, i: int) -> None:
-        code = ask(self.url, f"request {i} {time.monotonic()}", self.answer_tokens, timeout=120)
+        code = ask(
+            self.url, f"request {i} {time.monotonic()}", self.answer_tokens, timeout=120, to_limit=True
+        )
         with self._lock:
             self.answers.append((phase, code))
 
@@ -101,14 +103,18 @@ class Load:
     overload_per_second: float
     light_per_second: float
     ready_seconds: int  # a replica's start: seconds on the simulator, minutes for a real engine
+    light_answer_tokens: int | None = None  # the light phases' answers (None: answer_tokens)
 
 
 SIMULATOR = Load(ANSWER_TOKENS, OVERLOAD_PER_SECOND, LIGHT_PER_SECOND, 240)
 # The real engine on a 2-core machine, with the router's core to itself (one router, no mesh): it
-# decodes about 110 tokens/s over its four slots, and kept up with 3 requests/s of 48-token answers
-# (a rehearsal never scaled out). 128-token answers make one replica serve under 1 a second, so 3 a
-# second is about 3x its capacity; the light 0.3 a second stays well inside it.
-REAL_ENGINE = Load(128, 3.0, 0.3, READY_SECONDS)
+# decodes up to about 220 tokens/s over its four slots, and the tiny model ends most answers well
+# before their limit, so answers run to it (min_new_tokens; a rehearsal whose answers stopped early
+# never scaled out). At 192 tokens one replica serves about 1.1 a second: 3 a second is over what
+# even both serve, so the autoscaler keeps wanting 2. The light phases send 32-token answers: one
+# request decodes at about 40 tokens/s alone, so 0.3 a second of 192-token answers held a slot or two
+# on each replica and refused a few, and the autoscaler never scaled back in.
+REAL_ENGINE = Load(192, 3.0, 0.3, READY_SECONDS, light_answer_tokens=32)
 LIMITS = {"maxConcurrency": CONCURRENCY[1], "maxQueued": 8, "queueTimeoutSeconds": 5}
 PROTECTION = {"mode": "enforce", "concurrency": {"min": CONCURRENCY[0]}}
 AUTOSCALING = {"minReplicas": 1, "maxReplicas": 3, "scaleDownStabilizationSeconds": 20}
@@ -190,6 +196,7 @@ def scale_out_and_in(cluster: Any, namespace: str, model: dict[str, Any], shape:
         # overload left queued drains first (a real engine takes a while): requests sent meanwhile may
         # still meet a full gate, so the scale-in's count starts once no gate holds a queue.
         load.phase, load.rate = "cooldown", shape.light_per_second
+        load.answer_tokens = shape.light_answer_tokens or shape.answer_tokens
 
         def backlog_drained() -> bool:
             pods = serving_pods(cluster, namespace, MODEL)

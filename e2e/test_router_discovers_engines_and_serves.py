@@ -31,9 +31,14 @@ CONCURRENCY = 4  # each gate's maxConcurrency, and the client threads of the loa
 HOLD_TOKENS = 1500  # a request that holds a gate slot for ~15 s on the simulator
 
 
-def ask(url: str, text: str = "hello", new_tokens: int = 2, timeout: float = 60) -> int:
+def ask(
+    url: str, text: str = "hello", new_tokens: int = 2, timeout: float = 60, *, to_limit: bool = False
+) -> int:
+    """One /generate through `url`; `to_limit` makes the answer run to `new_tokens` (SGLang's
+    min_new_tokens), where a real model would stop at its end-of-sequence token."""
     # smg routes several models (IGW mode, which its service discovery uses), so /generate names one.
-    body = json.dumps({"model": MODEL, "text": text, "sampling_params": {"max_new_tokens": new_tokens}})
+    sampling = {"max_new_tokens": new_tokens} | ({"min_new_tokens": new_tokens} if to_limit else {})
+    body = json.dumps({"model": MODEL, "text": text, "sampling_params": sampling})
     request = urllib.request.Request(
         f"{url}/generate", data=body.encode(), headers={"Content-Type": "application/json"}
     )
