@@ -23,7 +23,7 @@ from kubernetes import client
 from tests.kube_wait import wait_for
 
 from e2e.qm import apply, get_qm, metric_value, metrics_url, service_url, serving_pods, wait_ready
-from e2e.test_real_engine_serves_and_is_protected import READY_SECONDS, chat_model
+from e2e.test_real_engine_serves_and_is_protected import ONE_ROUTER, READY_SECONDS, chat_model
 from e2e.test_router_discovers_engines_and_serves import ask
 from kvant_contracts.autoscaling import DEMAND_GAUGE
 from kvant_operator.render.roles import engine_selector
@@ -118,10 +118,6 @@ REAL_ENGINE = Load(192, 3.0, 0.3, READY_SECONDS, light_answer_tokens=32)
 LIMITS = {"maxConcurrency": CONCURRENCY[1], "maxQueued": 8, "queueTimeoutSeconds": 5}
 PROTECTION = {"mode": "enforce", "concurrency": {"min": CONCURRENCY[0]}}
 AUTOSCALING = {"minReplicas": 1, "maxReplicas": 3, "scaleDownStabilizationSeconds": 20}
-# One router: two meshed smg 1.13 routers use ~0.45 of a core each even when idle
-# (docs/concepts/router.md), which on a 2-core CI machine held the second real engine's start to 6
-# minutes. The mesh is proven in test_router_discovers_engines_and_serves.
-ONE_ROUTER = {"router": {"replicas": 1}}
 
 
 def test_load_scales_out_through_the_router_and_scale_in_drops_nothing(

@@ -37,6 +37,10 @@ pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.timeout(1500)]
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "tinychat-cpu.yaml"
 READY_SECONDS = 600  # two engine starts on a loaded 2-core machine
+# One router where the mesh is not under test: two meshed smg 1.13 routers use ~0.45 of a core each
+# even when idle (docs/concepts/router.md), which on a 2-core CI machine held real engines' starts to
+# 5-6 minutes. The mesh is proven on the simulator (test_router_discovers_engines_and_serves).
+ONE_ROUTER = {"router": {"replicas": 1}}
 PROSE = [
     "The harbour wakes before the town does, and the fishing boats round the breakwater.",
     "To build a simple bookshelf you need four boards of the same length and a great deal of patience.",
@@ -66,10 +70,7 @@ def by_pod(pods: list[client.V1Pod], name: str) -> dict[str, float]:
 
 def test_real_engine_serves_openai_clients_through_the_router(cluster, operator, namespace, chat_model_uri):
     name = "chat"
-    # One router: two meshed smg routers cost ~0.45 of a core each (docs/concepts/router.md), which
-    # slowed these two engines' start to 5 minutes on a 2-core CI machine; the mesh itself is proven on
-    # the simulator (test_router_discovers_engines_and_serves).
-    apply(cluster, namespace, chat_model(name, serving={"replicas": 2, "router": {"replicas": 1}}))
+    apply(cluster, namespace, chat_model(name, serving={"replicas": 2, **ONE_ROUTER}))
     qm = wait_ready(cluster, namespace, name, timeout=READY_SECONDS)
 
     engine = qm["status"]["engine"]
