@@ -171,6 +171,16 @@ CREATE_CASES = [
         "spec.serving.disaggregation.prefill.engineArgs",
         True,
     ),
+    (
+        "engine-aborts-every-prioritised-request",
+        {
+            "serving": {
+                "disaggregation": {**PD, "decode": {"engineArgs": ["--abort-on-priority-when-disabled"]}}
+            }
+        },
+        "spec.serving.disaggregation.decode.engineArgs",
+        True,
+    ),
     ("unknown-source-scheme", {"source": {"uri": "ftp://host/model"}}, "spec.source.uri", True),
     (
         "calibration-dataset-leaves-the-source",

@@ -60,6 +60,7 @@ class HeldEngine:
         self.url = ""
         self.seen: list[tuple[str, str]] = []  # (method, path) of every request that reached it
         self.bodies: list[Any] = []  # the JSON bodies of generation requests, as forwarded
+        self.headers: list[dict[str, str]] = []  # and their headers (names lowercased)
         self.completion_tokens = 16  # what /generate reports it generated (the gate's forecast learns it)
         self.waiting = 0  # what /v1/loads reports waiting in the engine besides what it holds
         self.loads_status = 200
@@ -88,6 +89,7 @@ class HeldEngine:
     async def _generate(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.bodies.append(body)
+        self.headers.append({name.lower(): value for name, value in request.headers.items()})
         await self._hold()
         meta = {"echo": body, "completion_tokens": self.completion_tokens}
         return web.json_response({"text": "ok", "meta_info": meta})

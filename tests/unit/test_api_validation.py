@@ -90,6 +90,7 @@ def test_bf16_weights_get_no_int4_scheme():
         ({"serving": {"replicas": -1}}, "replicas"),
         ({"serving": {"tensorParallel": 3, "gpu": {"count": 8}}}, "spec.serving.tensorParallel"),
         ({"serving": {"engineArgs": ["--kv-cache-dtype=bf16"]}}, "spec.serving.engineArgs"),
+        ({"serving": {"engineArgs": ["--abort-on-priority-when-disabled"]}}, "spec.serving.engineArgs"),
         ({"source": {"uri": "http://example.com/model"}}, "spec.source.uri"),
         ({"source": {"uri": "hf://org/model/extra"}}, "spec.source.uri"),
         ({"source": {"uri": "s3://Bad_Bucket/prefix"}}, "spec.source.uri"),
@@ -163,3 +164,11 @@ def test_examples_parse_and_round_trip(path: Path):
     again = QuantizedModel.model_validate(model.to_manifest())
     assert again == model
     assert again.to_manifest()["spec"]["source"] == manifest["spec"]["source"]
+
+
+def test_engine_priority_flags_are_accepted_together():
+    # The gate writes each request's class into `priority` (docs/concepts/tenants.md): with priority
+    # scheduling on, an engine that aborts prioritised requests when it is off loses nothing.
+    args = ["--enable-priority-scheduling", "--default-priority-value=1", "--abort-on-priority-when-disabled"]
+    spec = QuantizedModelSpec.model_validate(with_({"serving": {"engineArgs": args}}))
+    assert spec.serving.engine_args == args

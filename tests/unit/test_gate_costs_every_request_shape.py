@@ -101,3 +101,23 @@ def test_a_body_that_is_not_json_is_costed_by_size_and_left_to_the_engine() -> N
     body = b"--boundary\r\n" + b"a" * 4000
     cost = cost_request("/v1/audio/transcriptions", body, DEFAULT)
     assert cost.tokens >= len(body) // 4 + DEFAULT and cost.body == body
+
+
+def test_the_engine_priority_is_written_over_the_clients_own() -> None:
+    chat = {"messages": [{"role": "user", "content": "hi"}], "priority": 999}
+    cost = cost_request("/v1/chat/completions", json.dumps(chat).encode(), DEFAULT, priority=1)
+    # One body with both fields the gate writes: the class's priority and the output limit.
+    assert json.loads(cost.body) == {**chat, "priority": 1, "max_tokens": DEFAULT}
+    assert cost.tokens == cost_request("/v1/chat/completions", json.dumps(chat).encode(), DEFAULT).tokens
+    # Every route that reads the field gets it, sent or not; others only lose a client's own.
+    plain = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 4}}).encode()
+    assert json.loads(cost_request("/generate", plain, DEFAULT, priority=0).body)["priority"] == 0
+    messages = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    untouched = json.dumps(messages).encode()
+    assert cost_request("/v1/messages", untouched, DEFAULT, priority=2).body == untouched
+    claimed = json.dumps({**messages, "priority": 7}).encode()
+    assert json.loads(cost_request("/v1/messages", claimed, DEFAULT, priority=2).body)["priority"] == 2
+    # Already the class's value, or no class given: the client's bytes go on as they came.
+    same = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 4}, "priority": 1}).encode()
+    assert cost_request("/generate", same, DEFAULT, priority=1).body == same
+    assert cost_request("/generate", plain, DEFAULT).body == plain

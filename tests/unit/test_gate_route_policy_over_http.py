@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+from kvant_contracts.tenancy import ENGINE_PRIORITY
 from tests.unit.gate_harness import KubeletLimitsDir, held_engine_behind_gate, run, until
 
 BODY = {"text": "hello", "sampling_params": {"max_new_tokens": 16}}
@@ -66,7 +67,8 @@ def test_a_chat_without_a_limit_is_forwarded_with_the_reserved_one(tmp_path) -> 
             async with session.post(url + "/v1/chat/completions", json=chat) as resp:
                 assert resp.status == 200
                 await resp.read()
-            assert engine.bodies == [{**chat, "max_tokens": 300}]
+            # With the class's engine priority, which the gate writes on every request.
+            assert engine.bodies == [{**chat, "max_tokens": 300, "priority": ENGINE_PRIORITY["standard"]}]
 
     run(scenario())
 

@@ -9,7 +9,13 @@ from pathlib import Path
 
 import aiohttp
 
-from kvant_contracts.tenancy import DEADLINE_HEADER, PRIORITY_HEADER, TENANT_HEADER
+from kvant_contracts.tenancy import (
+    DEADLINE_HEADER,
+    ENGINE_PRIORITY,
+    OVERRIDE_PRIORITY_HEADER,
+    PRIORITY_HEADER,
+    TENANT_HEADER,
+)
 from kvant_runtime.gate.access import Access, Identity
 from tests.unit.gate_harness import KubeletLimitsDir, gate_in_front_of, gate_metric, held_engine, run, until
 
@@ -157,5 +163,39 @@ def test_the_deadline_header_reaches_admission_and_is_refused_in_the_gates_shape
             rejected = "kvant_gate_tenant_rejected_total"
             labels = {"tenant": "default", "priority": "standard", "reason": "deadline"}
             assert await gate_metric(session, url, rejected, **labels) == 1
+
+    run(scenario())
+
+
+def test_a_clients_own_engine_priority_does_not_change_its_class(tmp_path: Path) -> None:
+    """SGLang orders its queue by the body's `priority` and lets `x-override-priority` overrule it:
+    the gate writes the class's value over the one and never forwards the other, so the engine sees
+    each request's class and nothing a client chose."""
+
+    async def scenario() -> None:
+        limits = KubeletLimitsDir(tmp_path)
+        limits.write({"tenancy": {"tenants": [{"name": "batch", "priority": "sheddable"}]}})
+        keys = tmp_path / "keys"
+        keys.write_text("client-key tenant=team-a\nbatch-key tenant=batch\ngateway-key trusted\n")
+        jump = {OVERRIDE_PRIORITY_HEADER: "999"}
+        body = {"text": "hi", "sampling_params": {"max_new_tokens": 4}, "priority": 999}
+        async with (
+            held_engine() as engine,
+            gate_in_front_of(engine.url, limits, api_keys_file=keys) as (_gate, url),
+            aiohttp.ClientSession() as session,
+        ):
+            engine.release.set()
+            for key, headers in (
+                ("client-key", jump),  # the default class, standard
+                ("batch-key", jump),  # its tenant's class, sheddable
+                ("gateway-key", {**jump, PRIORITY_HEADER: "critical"}),  # a trusted source's class
+            ):
+                auth = {"Authorization": _bearer(key), **headers}
+                async with session.post(url + "/generate", json=body, headers=auth) as resp:
+                    assert resp.status == 200
+            classes = [ENGINE_PRIORITY[c] for c in ("standard", "sheddable", "critical")]
+            assert [b["priority"] for b in engine.bodies] == classes
+            assert not any(OVERRIDE_PRIORITY_HEADER in h for h in engine.headers), engine.headers
+            assert [b["sampling_params"] for b in engine.bodies] == [body["sampling_params"]] * 3
 
     run(scenario())

@@ -11,6 +11,9 @@ below and orders its admission queue by class, then fair share, then deadline).
   entry in `Tenancy.tenants`, else `Tenancy.defaultPriority`.
 - `DEADLINE_HEADER` is the client's remaining time budget in milliseconds, relative to its arrival;
   anyone may send it, since it can only shorten the sender's own wait.
+- The class also reaches the engine: the gate writes `ENGINE_PRIORITY[class]` into the request's
+  `priority` field, over whatever the client sent, and drops SGLang's own `OVERRIDE_PRIORITY_HEADER`,
+  so no client picks its place in the engine's queue either (docs/concepts/tenants.md).
 """
 
 from __future__ import annotations
@@ -26,6 +29,14 @@ DEFAULT_TENANT: Final = "default"
 TENANT_HEADER: Final = "X-Kvant-Tenant"
 PRIORITY_HEADER: Final = "X-Kvant-Priority"
 DEADLINE_HEADER: Final = "X-Kvant-Deadline-Ms"
+# SGLang's header that sets a request's priority over its body's `priority` field (0.5.23,
+# srt/entrypoints/request_headers.py): the gate never forwards it.
+OVERRIDE_PRIORITY_HEADER: Final = "x-override-priority"
+# What each class is in the engine's `priority` field. SGLang with --enable-priority-scheduling runs
+# larger values first (its default order); without it, it ignores the field. Steps of 1 stay under its
+# preemption threshold (--priority-scheduling-preemption-threshold, 10 by default): a class orders the
+# engine's waiting queue and never evicts running work, unless a deployment lowers that threshold.
+ENGINE_PRIORITY: Final[dict[Priority, int]] = {"critical": 2, "standard": 1, "sheddable": 0}
 # Per-tenant metrics carry the top N tenants by admitted tokens; the rest share OTHER_TENANTS, so a
 # gateway naming thousands of tenants cannot blow up the scrape.
 TOP_TENANTS: Final = 10

@@ -12,6 +12,10 @@ Every request shape SGLang accepts is costed, not only the simple one:
   so the engine can never grow past what was reserved;
 - embeddings and scoring hold their prompts only.
 
+Given the request's engine `priority` (its class, `kvant_contracts.tenancy.ENGINE_PRIORITY`), the
+forwarded body carries that value in SGLang's `priority` field on every route that reads one, over
+whatever the client wrote, so no client sets its own place in the engine's queue.
+
 Prompt tokens are counted by a `PromptCounter` (`kvant_runtime.prompt_counter`): the model's own
 tokenizer and chat template where the served folder has them, else the bytes estimate with a learned
 correction. A body the gate cannot read as JSON is costed by its size plus `defaultMaxTokens` and
@@ -40,6 +44,10 @@ _LIMIT_FIELD = {
     "/v1/messages": "max_tokens",
 }
 _OPENAI_LIMITS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
+# Routes whose request SGLang 0.5.23 gives a `priority` field (io_struct.py, openai/protocol.py).
+PRIORITY_PATHS = frozenset(
+    {"/generate", "/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/embeddings", "/encode"}
+)
 
 
 class BadRequest(ValueError):
@@ -49,7 +57,8 @@ class BadRequest(ValueError):
 @dataclass(frozen=True)
 class Cost:
     tokens: int  # KV tokens the engine may hold for this request at most
-    body: bytes  # what to forward: the request, with an output limit written in when it had none
+    body: bytes  # what to forward: the request, its output limit written in when it had none, and
+    # the engine priority when one was given
     prompt_tokens: int = 0  # of which: its prompts
     sequences: int = 0  # and this many sequences (prompts x samples), each growing up to `limit`
     limit: int = 0
@@ -57,7 +66,11 @@ class Cost:
 
 
 def cost_request(
-    path: str, body: bytes, default_max_tokens: int, counter: PromptCounter | None = None
+    path: str,
+    body: bytes,
+    default_max_tokens: int,
+    counter: PromptCounter | None = None,
+    priority: int | None = None,
 ) -> Cost:
     try:
         payload = json.loads(body) if body.strip() else {}
@@ -71,13 +84,32 @@ def cost_request(
     prompts = prompt_tokens(payload, counter)
     counted = not _token_ids(payload)
     parallel = samples(payload)
+    written = _with_priority(path, payload, priority)
     if path in PROMPT_ONLY_PATHS:
-        return Cost(sum(prompts), body, sum(prompts), 0, 0, counted)
+        return Cost(sum(prompts), _forwarded(written, body), sum(prompts), 0, 0, counted)
     limit = output_limit(payload)
     if limit is None:
-        limit, body = _with_limit(path, payload, body, default_max_tokens)
+        limit, with_limit = _with_limit(path, written or payload, default_max_tokens)
+        written = with_limit or written
     sequences = len(prompts) * parallel
-    return Cost(sum(prompts) + sequences * limit, body, sum(prompts), sequences, limit, counted)
+    return Cost(
+        sum(prompts) + sequences * limit, _forwarded(written, body), sum(prompts), sequences, limit, counted
+    )
+
+
+def _forwarded(written: dict[str, Any] | None, body: bytes) -> bytes:
+    """The body to forward: the client's own bytes unless the gate wrote a field into it."""
+    return body if written is None else json.dumps(written).encode()
+
+
+def _with_priority(path: str, payload: dict[str, Any], priority: int | None) -> dict[str, Any] | None:
+    """`payload` with `priority` in SGLang's field (a copy), or None when it carries that already or
+    none is given. A route without the field gets it only to overwrite a client's own."""
+    if priority is None or payload.get("priority") == priority:
+        return None
+    if path not in PRIORITY_PATHS and "priority" not in payload:
+        return None
+    return {**payload, "priority": priority}
 
 
 def prompt_tokens(payload: dict[str, Any], counter: PromptCounter | None = None) -> list[int]:
@@ -174,16 +206,17 @@ def _whole(name: str, value: object) -> int:
     return int(number)
 
 
-def _with_limit(path: str, payload: dict[str, Any], body: bytes, default: int) -> tuple[int, bytes]:
-    """The output limit to reserve for a request that names none, and the body to forward."""
+def _with_limit(path: str, payload: dict[str, Any], default: int) -> tuple[int, dict[str, Any] | None]:
+    """The output limit to reserve for a request that names none, and the payload with it written in
+    (None: forwarded as it is)."""
     if path == "/generate":
         # SGLang's /generate stops at its own default (128), so the request is bounded as it is.
         sampling = dict(payload.get("sampling_params") or {})
         if isinstance(payload.get("sampling_params"), list):
-            return DEFAULT_MAX_NEW_TOKENS, body
+            return DEFAULT_MAX_NEW_TOKENS, None
         sampling["max_new_tokens"] = DEFAULT_MAX_NEW_TOKENS
-        return DEFAULT_MAX_NEW_TOKENS, json.dumps({**payload, "sampling_params": sampling}).encode()
+        return DEFAULT_MAX_NEW_TOKENS, {**payload, "sampling_params": sampling}
     field = _LIMIT_FIELD.get(path)
     if field is None:  # an API whose limit field the gate does not write: reserve, forward as is
-        return default, body
-    return default, json.dumps({**payload, field: default}).encode()
+        return default, None
+    return default, {**payload, field: default}

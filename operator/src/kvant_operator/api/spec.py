@@ -410,6 +410,20 @@ def _no_owned_flags(path: str) -> Rule:
     )
 
 
+def _priority_abort_needs_scheduling(path: str) -> Rule:
+    """The gate writes every request's class into SGLang's `priority` field (docs/concepts/tenants.md);
+    an engine told to abort prioritised requests without priority scheduling would refuse them all."""
+    flag, needs = "--abort-on-priority-when-disabled", "--enable-priority-scheduling"
+    return Rule(
+        cel=f"!has(self.engineArgs) || !self.engineArgs.exists(a, a == '{flag}') "
+        f"|| self.engineArgs.exists(a, a == '{needs}')",
+        message=f"{path}.engineArgs sets {flag} without {needs}: the gate gives every request its class's "
+        "priority, so the engine would abort them all",
+        field_path=".engineArgs",
+        holds=lambda m: flag not in m.engine_args or needs in m.engine_args,
+    )
+
+
 def _engine_args_field() -> Any:
     return Field(
         default_factory=list,
@@ -434,13 +448,19 @@ class RoleSpec(ApiModel):
 class PrefillRoleSpec(RoleSpec):
     """The prefill role."""
 
-    rules = (_no_owned_flags("spec.serving.disaggregation.prefill"),)
+    rules = (
+        _no_owned_flags("spec.serving.disaggregation.prefill"),
+        _priority_abort_needs_scheduling("spec.serving.disaggregation.prefill"),
+    )
 
 
 class DecodeRoleSpec(RoleSpec):
     """The decode role."""
 
-    rules = (_no_owned_flags("spec.serving.disaggregation.decode"),)
+    rules = (
+        _no_owned_flags("spec.serving.disaggregation.decode"),
+        _priority_abort_needs_scheduling("spec.serving.disaggregation.decode"),
+    )
 
 
 class DisaggregationSpec(ApiModel):
@@ -558,6 +578,7 @@ class ServingSpec(ApiModel):
             holds=lambda s: s.disaggregation.mode is DisaggregationMode.NONE or s.replicas == 1,
         ),
         _no_owned_flags("spec.serving"),
+        _priority_abort_needs_scheduling("spec.serving"),
     )
 
     engine: Engine = Engine.SGLANG

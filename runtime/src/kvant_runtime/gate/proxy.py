@@ -8,7 +8,9 @@ not serve 404, before the body is read. Response bodies are relayed chunk by chu
 
 Each admitted request carries who it is for (`access.Identity`: tenant, and a class only a key or a
 trusted source may set) and the client's time budget (`X-Kvant-Deadline-Ms`), which admission uses
-to order the queue and to refuse at once what cannot start in time.
+to order the queue and to refuse at once what cannot start in time. The class goes on to the engine
+in the body's `priority` field (`request_cost`), and SGLang's own `x-override-priority` header is
+never forwarded, so a client's own priority reaches neither queue.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from aiohttp import web
 from yarl import URL
 
 from kvant_contracts.serving_pod import GATE_READINESS_PATH
-from kvant_contracts.tenancy import DEADLINE_HEADER
+from kvant_contracts.tenancy import DEADLINE_HEADER, ENGINE_PRIORITY, OVERRIDE_PRIORITY_HEADER
 from kvant_runtime.gate.access import Access, Identity
 from kvant_runtime.gate.admission import Admission, Ticket
 from kvant_runtime.gate.answer_counts import Answered
@@ -157,13 +159,18 @@ class Proxy:
     ) -> web.StreamResponse:
         budget = _deadline_seconds(request.headers.get(DEADLINE_HEADER))
         default = self.admission.limits.defaultMaxTokens
+        priority = ENGINE_PRIORITY[
+            self.admission.limits.tenancy.priority_of(identity.tenant, identity.priority)
+        ]
         try:
             if self.counter.exact and len(body) > INLINE_COUNT_BYTES:
                 # A tokenizer takes milliseconds per 1,000 tokens (bench/gate/token_count.py): off the
                 # event loop, so one long prompt does not stall every other request's relay.
-                cost = await asyncio.to_thread(cost_request, request.path, body, default, self.counter)
+                cost = await asyncio.to_thread(
+                    cost_request, request.path, body, default, self.counter, priority
+                )
             else:
-                cost = cost_request(request.path, body, default, self.counter)
+                cost = cost_request(request.path, body, default, self.counter, priority)
         except BadRequest as bad:
             raise Refused(400, "bad_request", str(bad)) from None
         limits = self.admission.limits
@@ -220,11 +227,13 @@ class Proxy:
     ) -> web.StreamResponse:
         """Forwards and relays; with `answered`, records what the engine says it held."""
         url = URL(self.upstream + request.raw_path, encoded=True)
+        headers = forwarded_headers(request.headers)
+        headers.popall(OVERRIDE_PRIORITY_HEADER, None)  # the class is the only priority (see above)
         try:
             upstream = await self.session.request(
                 request.method,
                 url,
-                headers=forwarded_headers(request.headers),
+                headers=headers,
                 data=body or None,
                 allow_redirects=False,
             )
