@@ -138,7 +138,20 @@ def namespace(kvant_crds: LocalCluster, node_dir: NodeDir, request: pytest.Fixtu
     for obj in _namespace_objects(name, artifacts.node):
         kvant_crds.kubectl("apply", "-f", "-", input=json.dumps(obj))
     yield name
-    # --ignore-not-found: a test may have deleted its namespace itself. The PV is node_folder_claim's.
+    # The models first: Kubernetes deletes a namespace's pods first and its other objects only after
+    # the serving pods' grace period (test_namespace_deletion_completes), so models left to the
+    # namespace stay live for minutes, and the operator goes on reconciling them beside every later
+    # test (and test_unchanged_model_causes_no_writes waits for them to go). Deleted here, each daemon
+    # stops at once and kopf drops the finalizer. --ignore-not-found: a test may have deleted its
+    # namespace itself. The PV is node_folder_claim's.
+    kvant_crds.kubectl(
+        "delete",
+        "quantizedmodels.kvant.dev",
+        "--all",
+        f"--namespace={name}",
+        "--wait=false",
+        "--ignore-not-found",
+    )
     kvant_crds.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
     kvant_crds.kubectl("delete", "pv", f"{name}-kvant-artifacts", "--wait=false", "--ignore-not-found")
 

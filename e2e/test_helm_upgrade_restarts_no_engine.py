@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import threading
 import urllib.request
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -41,17 +40,19 @@ RELEASE, CHART_NAMESPACE = "kvant", "kvant-e2e-upgrade"
 OPERATOR_PODS = f"app.kubernetes.io/component=operator,app.kubernetes.io/instance={RELEASE}"
 NEXT_TAG = "0.2.0"  # the local node agent runs an image by its repository, whatever the tag
 METRICS_PORT = 9090  # the chart's metrics.port
-# Well within one simulated replica's capacity: every request must be answered, none refused.
+# Well within one simulated replica's capacity: every request must be answered, none refused. Each load
+# runs until what it spans is over (the upgrade and the new operator's passes; the uninstall, the
+# install again and its passes), `seconds` only bounding it.
 STEADY = LoadShape(
     clients=2,
-    seconds=150,
+    seconds=300,
     prompt_tokens=16,
     new_tokens=16,
     slo_seconds=30,
     bytes_per_token=1,
     drain_seconds=30,
 )
-GAP = replace(STEADY, seconds=60)  # across the uninstall and the install again
+GAP = STEADY  # across the uninstall and the install again
 
 
 def test_helm_upgrade_under_load_restarts_no_engine(cluster, operator, namespace, tiny_model):
@@ -61,6 +62,7 @@ def test_helm_upgrade_under_load_restarts_no_engine(cluster, operator, namespace
         "reconcile": {"busyIntervalSeconds": 1, "idleIntervalSeconds": 5},
     }
     core = client.CoreV1Api(cluster.api_client())
+    upgraded, reinstalled_and_reconciled = threading.Event(), threading.Event()
     try:
         helm(
             "install", RELEASE, str(CHART), f"--namespace={CHART_NAMESPACE}", "--create-namespace",
@@ -77,7 +79,9 @@ def test_helm_upgrade_under_load_restarts_no_engine(cluster, operator, namespace
 
         result: dict[str, LoadResult] = {}
         load = threading.Thread(
-            target=lambda: result.update(load=generate_load(service_url(cluster, namespace, "tiny"), STEADY))
+            target=lambda: result.update(
+                load=generate_load(service_url(cluster, namespace, "tiny"), STEADY, upgraded)
+            )
         )
         load.start()
         helm(
@@ -94,6 +98,7 @@ def test_helm_upgrade_under_load_restarts_no_engine(cluster, operator, namespace
             lambda: _reconciled(new_operators) or None, 180, "the upgraded operator to reconcile the model"
         )
         wait_for(lambda: _reconciled(new_operators) >= 3 or None, 120, "two more passes over the model")
+        upgraded.set()
         load.join(timeout=STEADY.seconds + STEADY.drain_seconds + 60)
         assert not load.is_alive(), "the load did not end within its bound"
 
@@ -117,7 +122,9 @@ def test_helm_upgrade_under_load_restarts_no_engine(cluster, operator, namespace
         # Uninstalled, its namespace gone, and installed again: the engines serve throughout, and the
         # new operator finds the artifact and its record, so nothing converts and nothing restarts.
         load = threading.Thread(
-            target=lambda: result.update(gap=generate_load(service_url(cluster, namespace, "tiny"), GAP))
+            target=lambda: result.update(
+                gap=generate_load(service_url(cluster, namespace, "tiny"), GAP, reinstalled_and_reconciled)
+            )
         )
         load.start()
         helm("uninstall", RELEASE, f"--namespace={CHART_NAMESPACE}", "--wait", kubeconfig=cluster.kubeconfig)
@@ -130,6 +137,7 @@ def test_helm_upgrade_under_load_restarts_no_engine(cluster, operator, namespace
         )  # fmt: skip
         reinstalled = wait_for(lambda: _new_operators(core, set()), 120, "the reinstalled operator's pods")
         wait_for(lambda: _reconciled(reinstalled) >= 2 or None, 180, "the reinstalled operator's passes")
+        reinstalled_and_reconciled.set()
         load.join(timeout=GAP.seconds + GAP.drain_seconds + 60)
         assert not load.is_alive(), "the load did not end within its bound"
         gap = result["gap"]
@@ -142,6 +150,8 @@ def test_helm_upgrade_under_load_restarts_no_engine(cluster, operator, namespace
             == before_qm["status"]["artifact"]
         )
     finally:  # the release may be gone already (a failure between its uninstall and install again)
+        upgraded.set()  # a failure stops the load too, rather than leave it running out its bound
+        reinstalled_and_reconciled.set()
         uninstall = ("uninstall", RELEASE, f"--namespace={CHART_NAMESPACE}", "--wait")
         helm(*uninstall, kubeconfig=cluster.kubeconfig, check=False)
         cluster.kubectl("delete", "namespace", CHART_NAMESPACE, "--wait=false")

@@ -1,15 +1,17 @@
 """A bounded closed-loop load generator for SGLang's /generate API (loopback only, stops by itself).
 
 Used by the protection e2e tests and bench/protection: N clients each send a request, wait for the
-answer, and send the next, until the duration is up. Goodput is the usual serving definition: output
-tokens of requests that completed within the latency SLO, per second. A request that finishes after its
-user gave up is work the GPUs did for nobody.
+answer, and send the next, until the duration is up (or, given a `stop` event, until it is set: a
+test that needs load across an event of unknown length stops it when the event is over). Goodput is
+the usual serving definition: output tokens of requests that completed within the latency SLO, per
+second. A request that finishes after its user gave up is work the GPUs did for nobody.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 import time
 import urllib.request
 from collections import Counter
@@ -54,8 +56,9 @@ async def _client(
     *,
     deadline: float,
     result: LoadResult,
+    stop: threading.Event | None,
 ) -> None:
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not (stop is not None and stop.is_set()):
         started = time.monotonic()
         body: dict[str, object] = {"text": shape.prompt(next(numbers)), "sampling_params": shape.sampling()}
         if shape.model:
@@ -113,22 +116,28 @@ class LoadShape:
         return sampling
 
 
-async def run_load(base_url: str, shape: LoadShape) -> LoadResult:
+async def run_load(base_url: str, shape: LoadShape, stop: threading.Event | None = None) -> LoadResult:
     numbers = itertools.count()
     result = LoadResult(shape.seconds, shape.slo_seconds)
-    deadline = time.monotonic() + shape.seconds
+    started = time.monotonic()
+    deadline = started + shape.seconds
     connector = aiohttp.TCPConnector(limit=shape.clients)
     async with aiohttp.ClientSession(connector=connector) as session:
         clients = [
-            _client(session, f"{base_url}/generate", shape, numbers, deadline=deadline, result=result)
+            _client(
+                session, f"{base_url}/generate", shape, numbers, deadline=deadline, result=result, stop=stop
+            )
             for _ in range(shape.clients)
         ]
         await asyncio.gather(*clients)
+    if stop is not None and stop.is_set():
+        # Stopped early: the rates are per second of the load's own length, not of the bound.
+        result.seconds = min(shape.seconds, time.monotonic() - started)
     return result
 
 
-def generate_load(base_url: str, shape: LoadShape) -> LoadResult:
-    return asyncio.run(run_load(base_url, shape))
+def generate_load(base_url: str, shape: LoadShape, stop: threading.Event | None = None) -> LoadResult:
+    return asyncio.run(run_load(base_url, shape, stop))
 
 
 def engine_retractions(metrics_url: str) -> float:
