@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
+import threading
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +28,9 @@ from tests.unit.test_status_read_by_kstatus_and_argocd import kstatus
 from e2e.qm import apply, get_qm, metric_value, metrics_url, patch_spec, service_url, serving_pods, wait_ready
 from e2e.test_dashboard_and_alert_queries_return_series import alert_queries, dashboard_queries
 from e2e.test_router_discovers_engines_and_serves import workers
+from kvant_contracts.serving_pod import GATE_PORT
+from kvant_contracts.sglang_metrics import NUM_RUNNING_REQS
+from kvant_contracts.tenancy import OVERRIDE_PRIORITY_HEADER
 from kvant_dev.loadgen import LoadShape, engine_retractions, generate_load
 from kvant_dev.open_loop import OpenLoopResult, OpenLoopShape, Slo, run_open_loop
 from kvant_dev.prometheus import Prometheus, pod_discovery_job, static_job
@@ -68,9 +73,19 @@ def by_pod(pods: list[client.V1Pod], name: str) -> dict[str, float]:
     return {pod.metadata.name: metric_sum(pod_metrics(pod), name) for pod in pods}
 
 
+# SGLang's own priority scheduling, so the engine reports each running request's priority. Its
+# default for requests without one is 0 here, not the documented 1 (docs/concepts/tenants.md), so that
+# a class the gate wrote (standard: 1) shows apart from a priority it merely dropped.
+PRIORITY_SCHEDULING = ["--enable-priority-scheduling", "--default-priority-value=0"]
+
+
 def test_real_engine_serves_openai_clients_through_the_router(cluster, operator, namespace, chat_model_uri):
     name = "chat"
-    apply(cluster, namespace, chat_model(name, serving={"replicas": 2, **ONE_ROUTER}))
+    apply(
+        cluster,
+        namespace,
+        chat_model(name, serving={"replicas": 2, "engineArgs": PRIORITY_SCHEDULING, **ONE_ROUTER}),
+    )
     qm = wait_ready(cluster, namespace, name, timeout=READY_SECONDS)
 
     engine = qm["status"]["engine"]
@@ -128,6 +143,46 @@ def test_real_engine_serves_openai_clients_through_the_router(cluster, operator,
         return served or None
 
     wait_for(cached_tokens, 30, f"the hot replica's radix cache to serve prompt tokens ({admitted})")
+
+    # A client's own priority, in the body and in SGLang's override header, does not reach the engine:
+    # the request runs at its class's (standard, 1). Sent to one gate, not through the router, which
+    # could drop either on its own; long enough to be seen running in the engine's per-priority gauge.
+    cold_pod = next(p for p in pods if p.metadata.name != hot)
+    gate = OpenAI(
+        base_url=f"http://{cold_pod.status.pod_ip}:{GATE_PORT}/v1",
+        api_key="unused",
+        timeout=120,
+        max_retries=0,
+    )
+    jumping = threading.Thread(
+        target=lambda: gate.chat.completions.create(
+            model=name,
+            messages=messages,
+            max_tokens=400,
+            extra_body={"priority": 999, "min_tokens": 400},
+            extra_headers={OVERRIDE_PRIORITY_HEADER: "998"},
+        )
+    )
+    jumping.start()
+    try:
+        # Not 0: SGLang's own /health generations carry the default and may be caught running too.
+        running = lambda: _running_priorities(pod_metrics(cold_pod)) - {"0"} or None  # noqa: E731
+        seen = wait_for(running, 60, "the request to run in the engine")
+        assert seen == {"1"}, seen
+    finally:
+        jumping.join(timeout=180)
+
+
+def _running_priorities(text: str) -> set[str]:
+    """The priorities of the engine's running requests, from its per-priority running-requests gauge
+    (read line by line: prometheus_client's parser refuses the merged page's engine part)."""
+    priorities = set()
+    for line in text.splitlines():
+        if line.startswith(NUM_RUNNING_REQS + "{") and float(line.rsplit(" ", 1)[1]) > 0:
+            found = re.search(r'[{,]priority="([^"]*)"', line)
+            if found and found.group(1):
+                priorities.add(found.group(1))
+    return priorities
 
 
 # A 2,048-token cache (kvCacheMiB 1: the tiny model's KV takes 512 bytes a token). The engine runs at
