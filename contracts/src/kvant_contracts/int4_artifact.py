@@ -18,6 +18,7 @@ unquantized is written dequantized in BF16; FP8-block scales (`*_scale_inv`) are
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -58,12 +59,20 @@ class TargetRule:
     ignore: tuple[str, ...] = ()
 
     def quantizes(self, tensor_name: str, shape: tuple[int, ...]) -> bool:
-        if not is_linear_weight(tensor_name, shape):
-            return False
-        module = module_of(tensor_name)
-        if kept_by_default(module) or matches_ignore(module, self.ignore):
-            return False
-        return self.targets == "all-linear" or bool(_ROUTED_EXPERT.search(module))
+        return _quantizes(self, tensor_name, shape)
+
+
+# Memoized: a plan asks about each of a checkpoint's tensors several times (what it converts, what it
+# writes, GPTQ's work), and a 1T-parameter MoE has some 45,000 of them, each a handful of regex
+# searches (a DeepSeek-V3 plan took 4.6 s, most of it here). Large enough for one such checkpoint.
+@functools.lru_cache(maxsize=1 << 18)
+def _quantizes(rule: TargetRule, tensor_name: str, shape: tuple[int, ...]) -> bool:
+    if not is_linear_weight(tensor_name, shape):
+        return False
+    module = module_of(tensor_name)
+    if kept_by_default(module) or matches_ignore(module, rule.ignore):
+        return False
+    return rule.targets == "all-linear" or bool(_ROUTED_EXPERT.search(module))
 
 
 def module_of(tensor_name: str) -> str:

@@ -10,6 +10,7 @@ only the planner models (what-ifs), use the same target rule:
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -41,8 +42,8 @@ class Conversion:
     targets: QuantTargets = QuantTargets.ALL_LINEAR  # the dense default (weights_recipe decides)
     ignore: tuple[str, ...] = ()
 
-    @property
-    def rule(self) -> TargetRule:
+    @functools.cached_property
+    def rule(self) -> TargetRule:  # asked once per tensor of a checkpoint: built once
         return TargetRule(self.targets.value, self.ignore)
 
 
