@@ -23,7 +23,7 @@ lint: venv
 # The whole suite: lint, unit, integration (real apiserver) and e2e (local cluster).
 test: tools venv lint
 	@VENV=$$($(VENV_CMD)); start=$$SECONDS
-	$$VENV/bin/python -m pytest -p no:cacheprovider --durations=15 $(PYTEST_ARGS)
+	$$VENV/bin/python -m pytest -p no:cacheprovider --durations=30 $(PYTEST_ARGS)
 	echo "[make] test suite took $$((SECONDS-start))s"
 
 unit: venv

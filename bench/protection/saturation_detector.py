@@ -5,8 +5,16 @@ GIE's endpoint picker scrapes each model server about every 50 ms and calls the 
 no server has capacity: a server has capacity while its metrics are fresh (under 200 ms old), its
 waiting queue is at most 5 and its KV cache utilisation at most 0.8 (the detector's defaults).
 Sheddable requests that arrive while saturated are refused with 429; everything else is forwarded.
-Here every request is sheddable and there is one server, the simulator. This is a re-statement of
-that rule for one engine, written for the bench; it is not GIE's code.
+Here every request is sheddable and there is one server. This is a re-statement of that rule for one
+engine, written for the bench; it is not GIE's code.
+
+The two numbers come from SGLang's `/v1/loads` (waiting requests; used ÷ total KV tokens, the same
+utilisation as its `token_usage` gauge), not from `/metrics`. On the real CPU engine a `/metrics`
+answer costs its HTTP process about 23 ms (`/v1/loads`: 3 ms), the process that also tokenizes and
+streams every request: scraped every 50 ms, the detector took a third or more of it, so its front
+finished 87 requests at 1x where `off` finished 261, all late (bench/README.md). A GPU server's HTTP
+process has cores to spare for that; this one does not, and the anchor should not pay for a cost
+the rule does not need. The rule, the interval and the thresholds are unchanged.
 
     python bench/protection/saturation_detector.py --listen PORT --upstream http://127.0.0.1:PORT
 """
@@ -20,9 +28,8 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 from aiohttp import web
-from prometheus_client.parser import text_string_to_metric_families
 
-from kvant_contracts.sglang_metrics import NUM_QUEUE_REQS, TOKEN_USAGE, Series, combine, scheduler_of
+from kvant_runtime.gate.engine_load import LOADS_PATH, EngineLoadError, parse_loads
 
 QUEUE_DEPTH_THRESHOLD = 5
 KV_CACHE_UTIL_THRESHOLD = 0.8
@@ -45,17 +52,12 @@ class Detector:
     async def scrape(self, session: aiohttp.ClientSession) -> None:
         while True:
             try:
-                async with session.get(self.upstream + "/metrics") as response:
-                    text = await response.text()
-                series: dict[str, list[Series]] = {NUM_QUEUE_REQS: [], TOKEN_USAGE: []}
-                for family in text_string_to_metric_families(text):
-                    for sample in family.samples:
-                        if sample.name in series:
-                            series[sample.name].append((scheduler_of(sample.labels), sample.value))
-                self.queue = combine(NUM_QUEUE_REQS, series[NUM_QUEUE_REQS]) or 0.0
-                self.kv = combine(TOKEN_USAGE, series[TOKEN_USAGE]) or 0.0
+                async with session.get(self.upstream + LOADS_PATH) as response:
+                    load = parse_loads(await response.json(content_type=None), time.monotonic())
+                self.queue = float(load.waiting)
+                self.kv = load.used_tokens / load.capacity
                 self.fresh_at = time.monotonic()
-            except (aiohttp.ClientError, TimeoutError, ValueError):
+            except (aiohttp.ClientError, TimeoutError, ValueError, EngineLoadError):
                 pass  # stale metrics count as saturated
             await asyncio.sleep(REFRESH_SECONDS)
 

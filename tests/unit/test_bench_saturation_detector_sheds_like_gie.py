@@ -1,6 +1,6 @@
 """The protection bench's anchor re-states GIE's saturation rule for one engine: saturated when the
 waiting queue passes 5, KV utilisation passes 0.8 or the metrics are older than 200 ms; then a
-/generate gets 429 at once and everything else is forwarded. Against the real simulator's metrics."""
+/generate gets 429 at once and everything else is forwarded. Against the simulator's /v1/loads."""
 
 from __future__ import annotations
 
