@@ -63,8 +63,8 @@ class TargetRule:
 
 
 # Memoized: a plan asks about each of a checkpoint's tensors several times (what it converts, what it
-# writes, GPTQ's work), and a 1T-parameter MoE has some 45,000 of them, each a handful of regex
-# searches (a DeepSeek-V3 plan took 4.6 s, most of it here). Large enough for one such checkpoint.
+# writes, GPTQ's work), and a DeepSeek-V3-sized MoE has some 90,000 of them, each a handful of regex
+# searches (its plan took 4.6 s, most of it here). Room for two such checkpoints, about 24 MB each.
 @functools.lru_cache(maxsize=1 << 18)
 def _quantizes(rule: TargetRule, tensor_name: str, shape: tuple[int, ...]) -> bool:
     if not is_linear_weight(tensor_name, shape):
