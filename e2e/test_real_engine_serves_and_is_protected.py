@@ -174,8 +174,10 @@ def test_real_engine_serves_openai_clients_through_the_router(cluster, operator,
 
 
 def _running_priorities(text: str) -> set[str]:
-    """The priorities of the engine's running requests, from its per-priority running-requests gauge
-    (read line by line: prometheus_client's parser refuses the merged page's engine part)."""
+    """The priorities of the engine's running requests, from its per-priority running-requests gauge.
+    Read line by line: prometheus_client's parser refused one such merged page in an e2e run
+    ("could not convert string to float: 'sglang:'"), which the same page taken locally did not
+    reproduce."""
     priorities = set()
     for line in text.splitlines():
         if line.startswith(NUM_RUNNING_REQS + "{") and float(line.rsplit(" ", 1)[1]) > 0:

@@ -255,12 +255,13 @@ def closed_port_url() -> str:
 
 @contextlib.asynccontextmanager
 async def held_engine_behind_gate(
-    limits_dir: KubeletLimitsDir,
+    limits_dir: KubeletLimitsDir, **config: Any
 ) -> AsyncIterator[tuple[HeldEngine, Gate, str, aiohttp.ClientSession]]:
-    """The common set-up: a held engine, a gate in front of it, and a client session."""
+    """The common set-up: a held engine, a gate in front of it, and a client session. `config`: more
+    GateConfig fields, as for gate_in_front_of."""
     async with (
         held_engine() as engine,
-        gate_in_front_of(engine.url, limits_dir) as (gate, url),
+        gate_in_front_of(engine.url, limits_dir, **config) as (gate, url),
         aiohttp.ClientSession() as session,
     ):
         yield engine, gate, url, session

@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import aiohttp
-
 from kvant_contracts.tenancy import (
     DEADLINE_HEADER,
     ENGINE_PRIORITY,
@@ -17,7 +15,7 @@ from kvant_contracts.tenancy import (
     TENANT_HEADER,
 )
 from kvant_runtime.gate.access import Access, Identity
-from tests.unit.gate_harness import KubeletLimitsDir, gate_in_front_of, gate_metric, held_engine, run, until
+from tests.unit.gate_harness import KubeletLimitsDir, gate_metric, held_engine_behind_gate, run, until
 
 CLAIM = {TENANT_HEADER: "someone-else", PRIORITY_HEADER: "critical"}
 
@@ -92,11 +90,7 @@ def test_the_identity_reaches_admission_over_http(tmp_path: Path) -> None:
         keys = tmp_path / "keys"
         keys.write_text("client-key tenant=team-a\ngateway-key trusted\nmetered-key tenant=metered\n")
         body = {"text": "hi", "sampling_params": {"max_new_tokens": 60}}
-        async with (
-            held_engine() as engine,
-            gate_in_front_of(engine.url, limits, api_keys_file=keys) as (_gate, url),
-            aiohttp.ClientSession() as session,
-        ):
+        async with held_engine_behind_gate(limits, api_keys_file=keys) as (engine, _gate, url, session):
             engine.release.set()
             for key, headers in (
                 ("client-key", CLAIM),  # untrusted: counted as its own tenant
@@ -143,11 +137,7 @@ def test_the_deadline_header_reaches_admission_and_is_refused_in_the_gates_shape
         limits = KubeletLimitsDir(tmp_path)
         limits.write({"maxConcurrency": 1, "concurrency": {"min": 1, "max": 1}, "retryAfterSeconds": 2})
         body = {"text": "hi", "sampling_params": {"max_new_tokens": 4}}
-        async with (
-            held_engine() as engine,
-            gate_in_front_of(engine.url, limits) as (_gate, url),
-            aiohttp.ClientSession() as session,
-        ):
+        async with held_engine_behind_gate(limits) as (engine, _gate, url, session):
             holding = asyncio.create_task(session.post(url + "/generate", json=body))
             await until(lambda: engine.running == 1, "the first request to reach the engine")
             # No time left and no slot free: refused at once, not after queueTimeoutSeconds.
@@ -179,11 +169,7 @@ def test_a_clients_own_engine_priority_does_not_change_its_class(tmp_path: Path)
         keys.write_text("client-key tenant=team-a\nbatch-key tenant=batch\ngateway-key trusted\n")
         jump = {OVERRIDE_PRIORITY_HEADER: "999"}
         body = {"text": "hi", "sampling_params": {"max_new_tokens": 4}, "priority": 999}
-        async with (
-            held_engine() as engine,
-            gate_in_front_of(engine.url, limits, api_keys_file=keys) as (_gate, url),
-            aiohttp.ClientSession() as session,
-        ):
+        async with held_engine_behind_gate(limits, api_keys_file=keys) as (engine, _gate, url, session):
             engine.release.set()
             for key, headers in (
                 ("client-key", jump),  # the default class, standard
