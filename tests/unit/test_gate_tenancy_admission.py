@@ -513,6 +513,85 @@ def test_no_request_is_refused_early_before_a_drain_rate_is_measured() -> None:
     run(scenario())
 
 
+async def _queued_waits(admission: Admission, clock: Clock, seconds: list[float]) -> None:
+    """Each of `seconds`: one request queued alone behind a holder, granted that many seconds later."""
+    for waited in seconds:
+        holder = await admission.acquire(1)
+        queued = _task(admission.acquire(1))
+        await settle()
+        clock.now += waited
+        admission.release(holder)
+        await settle()
+        admission.release(queued.result())
+
+
+def test_a_request_is_refused_at_once_when_recent_queued_requests_waited_past_its_deadline() -> None:
+    """Nothing queued ahead is not enough to start in time: the room a request needs for itself opens
+    only when a running request ends. Issue #38 measured every refusal's p99 at the whole 4 s deadline
+    while only the queue ahead was estimated: requests with nothing ahead were let in and timed out."""
+
+    async def scenario() -> None:
+        clock = Clock()
+        admission = _admission(clock)
+        await _queued_waits(admission, clock, [5.0] * 4)  # each waited 5 s for a slot of its own
+        holder = await admission.acquire(1)
+        hurried = _task(admission.acquire(1, deadline_seconds=4.0))
+        await settle()
+        assert hurried.done()  # at once, with nothing queued ahead of it
+        refused = hurried.exception()
+        assert isinstance(refused, Rejected) and refused.reason == "deadline"
+        assert "waited up to 5.0s more for room of their own" in str(refused)
+        patient = _task(admission.acquire(1, deadline_seconds=6.0))
+        await settle()
+        assert not patient.done()  # 5 s fits 6 s
+        # A critical request is not judged by what standard requests waited.
+        critical = _task(admission.acquire(1, priority="critical", deadline_seconds=4.0))
+        await settle()
+        assert not critical.done()
+        await _cancel(patient, critical)
+        admission.release(holder)
+
+    run(scenario())
+
+
+def test_long_waits_are_forgotten_so_a_lightly_loaded_replica_queues_again() -> None:
+    async def scenario() -> None:
+        clock = Clock()
+        admission = _admission(clock)
+        await _queued_waits(admission, clock, [5.0] * 4)
+        clock.now += 21.0  # past the window: what overload taught no longer refuses anything
+        holder = await admission.acquire(1)
+        hurried = _task(admission.acquire(1, deadline_seconds=4.0))
+        await settle()
+        assert not hurried.done()
+        admission.release(holder)
+        await settle()
+        admission.release(hurried.result())
+
+    run(scenario())
+
+
+def test_queue_timeouts_teach_the_estimate_that_let_them_in() -> None:
+    """A request that timed out waited at least its timeout: after a few, the next is refused at once."""
+
+    async def scenario() -> None:
+        clock = Clock()
+        admission = _admission(clock)
+        holder = await admission.acquire(1)
+        for _ in range(4):
+            with pytest.raises(Rejected) as expired:
+                await admission.acquire(1, deadline_seconds=0.05)  # the loop's own clock times it out
+            assert "no slot within" in str(expired.value)
+        late = _task(admission.acquire(1, deadline_seconds=0.02))
+        await settle()
+        assert late.done()  # refused before its deadline could pass: the test clock did not move
+        refused = late.exception()
+        assert isinstance(refused, Rejected) and "cannot start within its deadline" in str(refused)
+        admission.release(holder)
+
+    run(scenario())
+
+
 def test_the_deadline_is_the_backstop_when_the_client_budget_runs_out_in_the_queue() -> None:
     async def scenario() -> None:
         admission = _admission()

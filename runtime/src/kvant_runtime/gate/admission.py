@@ -17,8 +17,9 @@ The stages (`kvant_runtime.gate.admit`, docs/concepts/admission.md):
    head through.
 5. **Release** (`release`, in the proxy's `finally`): the account, the tenant's share, the drain rate.
 
-Before queueing, a request the drain rate says cannot start within its deadline is refused at once
-(429 `deadline`, `drain_rate`), and a full queue evicts or refuses (`admit.shedding`). A request
+Before queueing, a request that `queue_wait` says cannot start within its deadline (the tokens ahead
+of it draining, then the wait for room of its own that recent queued requests saw) is refused at once
+(429 `deadline`), and a full queue evicts or refuses (`admit.shedding`). A request
 waits at most min(queueTimeoutSeconds, its `X-Kvant-Deadline-Ms` budget).
 
 `observe` admits everything and reports which policies would have held it; `off` admits everything.
@@ -42,8 +43,8 @@ from kvant_runtime.gate.admit.fair_share import FairShare
 from kvant_runtime.gate.admit.policies import over
 from kvant_runtime.gate.admit.room import Room
 from kvant_runtime.gate.admit.waiting_room import WaitingRoom
-from kvant_runtime.gate.drain_rate import DrainRate
 from kvant_runtime.gate.engine_load import EngineLoad
+from kvant_runtime.gate.queue_wait import QueueWait
 from kvant_runtime.gate.rate_buckets import RateBuckets
 
 __all__ = ["Admission", "Ticket"]
@@ -61,7 +62,7 @@ class Admission:
         self._waiting = WaitingRoom(self._share)
         self._arrivals = itertools.count()
         self._rates = RateBuckets(clock)
-        self._drain = DrainRate()
+        self._wait = QueueWait()
 
     # --- read-only views (metrics, drain, tests) ---------------------------------------------------
     @property
@@ -115,7 +116,7 @@ class Admission:
     @property
     def drain_rate(self) -> float | None:
         """Tokens released per second while requests wait, or None until measured."""
-        return self._drain.value
+        return self._wait.drain.value
 
     def queued_by_tenant(self) -> dict[tuple[str, Priority], int]:
         """Requests waiting, by (tenant, class in force)."""
@@ -209,7 +210,7 @@ class Admission:
 
     def release(self, ticket: Ticket) -> None:
         self.held.give(ticket, self._clock())
-        self._drain.count(self._clock(), ticket.tokens)
+        self._wait.drain.count(self._clock(), ticket.tokens)
         self._share.leave(ticket.tenant)
         self._dispatch()
 
@@ -243,7 +244,7 @@ class Admission:
         # nothing ahead a request starts as soon as the next one ends, and a rate measured over a
         # light load (it tells the demand then, not the capacity) would refuse it for nothing.
         ahead = self._waiting.tokens_at_or_above(waiter.priority)
-        why = self._drain.why_late(now, ahead, timeout)
+        why = self._wait.why_late(now, waiter.priority, ahead, timeout)
         if why is not None:
             raise refusals.too_late(self.limits, timeout, why)
         evicted = shedding.make_room(self._waiting, self.limits, waiter)
@@ -254,14 +255,18 @@ class Admission:
             )
         self._share.enter(waiter.tenant)  # queued work counts towards its tenant's share
         self._waiting.push(waiter)
-        self._drain.backlog(now, waiting=True)
+        self._wait.drain.backlog(now, waiting=True)
+        drain = self._wait.drain_seconds(now, ahead)
         try:
             async with asyncio.timeout(timeout):
-                return await asyncio.shield(waiter.future)
+                ticket = await asyncio.shield(waiter.future)
+            self._wait.left_queue(self._clock(), ticket.priority, drain, ticket.waited_seconds)
+            return ticket
         except TimeoutError:
             if waiter.future.done() and not waiter.future.cancelled():
                 return waiter.future.result()  # granted as the timeout fired: it holds its slot
             self._forget(waiter)
+            self._wait.left_queue(self._clock(), waiter.priority, drain, timeout)  # it waited at least that
             raise refusals.timed_out(
                 self.limits, reason, timeout, self.held.requests, self.held.tokens
             ) from None
@@ -281,7 +286,7 @@ class Admission:
                 break
             self._waiting.remove(head)
             head.future.set_result(self._grant(head, queued=True))
-        self._drain.backlog(self._clock(), waiting=len(self._waiting) > 0)
+        self._wait.drain.backlog(self._clock(), waiting=len(self._waiting) > 0)
 
     def _leave_queue(self, waiter: Waiter) -> None:
         """Out of the queue without a grant: its tenant has one request fewer."""

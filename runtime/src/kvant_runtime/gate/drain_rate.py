@@ -1,7 +1,7 @@
 """How fast the gate's queue drains: tokens released per second while requests wait.
 
-Admission reads it to estimate a request's wait from the tokens queued ahead of it, and refuses at
-once what cannot start within its deadline (reason `deadline`). It is an EWMA, measured only while
+`queue_wait` reads it for the part of a request's wait that is the tokens queued ahead of it
+draining. It is an EWMA, measured only while
 the queue is not empty (what is released when nobody waits tells the demand, not the drain rate),
 and None until first measured, so no estimate is made before then.
 """
@@ -49,22 +49,6 @@ class DrainRate:
         """The rate as of `now`: a drain that stalled lowers the rate as time passes."""
         self.count(now)
         return self.value
-
-    def why_late(self, now: float, ahead: int, timeout: float) -> str | None:
-        """Why a request with `ahead` tokens queued before it cannot start within `timeout` seconds at
-        the rate as of `now`; None when it may."""
-        rate = self.estimate(now)
-        if timeout > 0 and (rate is None or ahead == 0):
-            return None  # nothing measured, or nothing ahead: it may start any moment
-        if timeout <= 0:
-            return "no slot is free now"
-        estimate = math.inf if rate is None or rate <= 0 else ahead / rate
-        if estimate <= timeout:
-            return None
-        return (
-            f"{ahead} tokens are queued ahead of it, about {estimate:.1f}s at the measured drain "
-            f"rate of {rate or 0:.0f} tokens/s"
-        )
 
     def backlog(self, now: float, waiting: bool) -> None:
         """Starts or stops the clock as the queue fills or empties: it runs only while requests wait."""
