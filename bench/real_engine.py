@@ -47,9 +47,12 @@ def real_engine(
     workdir: Path,
     max_running_requests: int = 64,
     cpus: set[int] | None = None,
+    *,
+    scheduler: dict[str, float] | None = None,
 ) -> Iterator[str]:
     """Serves `model` (a BF16 checkpoint folder) with `--max-total-tokens kv_tokens`; yields its URL.
-    `cpus`: the only CPUs the engine may run on (None: any)."""
+    `cpus`: the only CPUs the engine may run on (None: any); `scheduler`: SGLang's admission knobs
+    (kvant_contracts.engine_scheduler), which the launcher applies as a serving pod's would."""
     port = free_port()
     spec = LaunchSpec(
         modelPath=str(model),
@@ -61,6 +64,7 @@ def real_engine(
         device="cpu",
         host="127.0.0.1",
         port=port,
+        scheduler=scheduler or {},
     )
     launcher = build_launcher(workdir / "kvant-launch.pyz")
     log = (workdir / f"engine-{port}.log").open("wb")

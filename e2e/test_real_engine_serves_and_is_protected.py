@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import re
 import threading
 import urllib.request
@@ -196,12 +197,13 @@ def _running_priorities(text: str) -> set[str]:
 # write (0.7 at first, decaying to 0.1 over 600 decode steps), so whether the first bursts overflow
 # depends on how the engine's speed compares with the spread of arrivals (two quiet CI runs once saw
 # no retraction in 58-65 answers at the default). So the engine here is configured as a deployment
-# that wants concurrency from it would be: --schedule-conservativeness 0.3 starts the ratio at 0.21,
+# that wants concurrency from it would be (spec.serving.scheduler, which the launcher turns into SGLang's
+# flag): --schedule-conservativeness 0.3 starts the ratio at 0.21,
 # and its own admission over-commits whatever the timing. That is the harder case for the gate: with
 # `engine` admission (the default) it reserves nothing itself and leaves admission to this optimistic
 # engine, so what keeps the cache from overflowing is its own check of the running batch's growth
 # (kvant_runtime.gate.admit.kv_peak), not the engine's.
-AGGRESSIVE_ENGINE = ["--schedule-conservativeness", "0.3"]
+AGGRESSIVE_ENGINE = {"conservativeness": 0.3}
 NEW_TOKENS = 400
 SMALL_CACHE = {"memoryGiB": 4, "cores": 1, "kvCacheMiB": 1}
 WINDOW_SECONDS = 40.0
@@ -245,7 +247,7 @@ def test_protection_pays_on_the_real_engine(cluster, operator, namespace, chat_m
         namespace,
         chat_model(
             name,
-            serving={"cpu": SMALL_CACHE, "engineArgs": AGGRESSIVE_ENGINE},
+            serving={"cpu": SMALL_CACHE, "scheduler": AGGRESSIVE_ENGINE},
             limits={"maxConcurrency": 24, "maxQueued": 64, "queueTimeoutSeconds": 30},
             protection={"mode": "off", "metrics": {"intervalSeconds": 2}},
             # Bounds of one, as in the dashboard test: the replicas panel and the at-max alert have
@@ -256,6 +258,9 @@ def test_protection_pays_on_the_real_engine(cluster, operator, namespace, chat_m
     wait_ready(cluster, namespace, name, timeout=READY_SECONDS)
     pod = serving_pods(cluster, namespace, name)[0]
     url = service_url(cluster, namespace, name)
+    # The CR's knob reached SGLang itself: its own server info says so.
+    with urllib.request.urlopen(f"http://{pod.status.pod_ip}:{GATE_PORT}/server_info", timeout=30) as got:
+        assert json.load(got)["schedule_conservativeness"] == AGGRESSIVE_ENGINE["conservativeness"]
     jobs = [
         pod_discovery_job(cluster.prometheus_targets),
         static_job("kvant-operator", [f"127.0.0.1:{operator.metrics_port}"]),

@@ -181,6 +181,23 @@ CREATE_CASES = [
         "spec.serving.disaggregation.decode.engineArgs",
         True,
     ),
+    (
+        "conservativeness-twice",
+        {
+            "serving": {
+                "scheduler": {"conservativeness": 0.3},
+                "disaggregation": {**PD, "prefill": {"engineArgs": ["--schedule-conservativeness=2"]}},
+            }
+        },
+        "spec.serving.scheduler.conservativeness",
+        True,
+    ),
+    (
+        "scheduler-knob-out-of-bounds",
+        {"serving": {"scheduler": {"minNewTokenRatioFactor": 1.5}}},
+        "spec.serving.scheduler.minNewTokenRatioFactor",
+        False,
+    ),
     ("unknown-source-scheme", {"source": {"uri": "ftp://host/model"}}, "spec.source.uri", True),
     (
         "calibration-dataset-leaves-the-source",

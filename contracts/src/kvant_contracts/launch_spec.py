@@ -19,16 +19,18 @@ names are the CRD's (`tensorParallel`, `memFractionStatic`, `engineArgs`, ...):
     device: cuda                            # cuda | cpu (SGLang's CPU backend)
     host: 0.0.0.0
     port: 30000
+    scheduler: {}                           # SGLang's admission knobs (kvant_contracts.engine_scheduler)
     engineArgs: []                          # passthrough, validated by SGLang's parser
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from kvant_contracts import engine_scheduler
 from kvant_contracts.weight_formats import FORMATS
 
 KV_CACHE_DTYPES = ("auto", "bf16", "fp8_e4m3", "fp8_e5m2")
@@ -60,6 +62,8 @@ class LaunchSpec:
     host: str = "0.0.0.0"
     port: int = 30000
     engineArgs: tuple[str, ...] = ()
+    # SGLang's admission knobs the model sets, by field name; the rest stay at SGLang's defaults.
+    scheduler: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _one_of("weightsFormat", self.weightsFormat, tuple(FORMATS))
@@ -78,12 +82,23 @@ class LaunchSpec:
             )
         if not all(isinstance(arg, str) for arg in self.engineArgs):
             raise SpecError(f"engineArgs must be a list of strings, got {list(self.engineArgs)!r}")
+        if not isinstance(self.scheduler, dict):
+            raise SpecError(f"scheduler must be a mapping of knob to value, got {self.scheduler!r}")
+        for name, value in self.scheduler.items():
+            problem = engine_scheduler.problem(name, value)
+            if problem is not None:
+                raise SpecError(problem)
+        flag = engine_scheduler.CONSERVATIVENESS.sglang
+        if engine_scheduler.CONSERVATIVENESS.field in self.scheduler and any(
+            arg == flag or arg.startswith(f"{flag}=") for arg in self.engineArgs
+        ):
+            raise SpecError(f"scheduler.conservativeness is set and engineArgs passes {flag} too: set one")
 
     def to_json(self) -> str:
         """The `--spec-json` text; `parse_spec_json` reads it back to an equal spec. Fields added after
         the first release are left out at their default: the text is in the engine's pod template, and
         an operator upgrade that changed it would restart every engine it serves."""
-        fields_ = {**asdict(self), "engineArgs": list(self.engineArgs)}
+        fields_ = {**asdict(self), "engineArgs": list(self.engineArgs), "scheduler": dict(self.scheduler)}
         for name in _ADDED_LATER:
             if fields_[name] == _DEFAULTS[name]:
                 del fields_[name]
@@ -91,8 +106,10 @@ class LaunchSpec:
 
 
 # Fields added to the spec after the first release (see to_json).
-_ADDED_LATER = ("device",)
-_DEFAULTS = {f.name: f.default for f in fields(LaunchSpec)}
+_ADDED_LATER = ("device", "scheduler")
+_DEFAULTS: dict[str, Any] = {
+    f.name: f.default if f.default_factory is MISSING else f.default_factory() for f in fields(LaunchSpec)
+}
 
 
 def load_spec(path: Path) -> LaunchSpec:

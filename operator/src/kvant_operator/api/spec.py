@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, model_validator
 
+from kvant_contracts import engine_scheduler
 from kvant_contracts.autoscaling import (
     DEFAULT_SCALE_DOWN_STABILIZATION_SECONDS,
     DEFAULT_SCALE_UP_STABILIZATION_SECONDS,
@@ -424,6 +425,41 @@ def _priority_abort_needs_scheduling(path: str) -> Rule:
     )
 
 
+def _conservativeness_once() -> Rule:
+    """--schedule-conservativeness in engineArgs was the only way to set it before
+    spec.serving.scheduler, so it stays accepted there (existing models keep validating); setting
+    both would leave the engine with whichever came last on its command line."""
+    flag = engine_scheduler.CONSERVATIVENESS.sglang
+    pattern = f"^{flag}(=.*)?$"
+
+    def passes(path: str) -> str:  # CEL: the engineArgs at `path` (each step guarded) pass the flag
+        steps = path.split(".")
+        guards = [f"has({'.'.join(steps[: i + 1])})" for i in range(1, len(steps))]
+        return f"({' && '.join(guards)} && {path}.exists(a, a.matches('{pattern}')))"
+
+    paths = (
+        "self.engineArgs",
+        "self.disaggregation.prefill.engineArgs",
+        "self.disaggregation.decode.engineArgs",
+    )
+    return Rule(
+        cel="!has(self.scheduler) || !has(self.scheduler.conservativeness) || !("
+        + " || ".join(passes(path) for path in paths)
+        + ")",
+        message="spec.serving.scheduler.conservativeness is set and an engineArgs list passes "
+        f"{flag} too: set one of them",
+        field_path=".scheduler.conservativeness",
+        holds=lambda s: (
+            s.scheduler.conservativeness is None
+            or not any(
+                re.search(pattern, arg)
+                for role in (s, s.disaggregation.prefill, s.disaggregation.decode)
+                for arg in role.engine_args
+            )
+        ),
+    )
+
+
 def _engine_args_field() -> Any:
     return Field(
         default_factory=list,
@@ -529,6 +565,35 @@ class RouterSpec(ApiModel):
     replicas: int = Field(default=2, ge=1, le=16, description="Router replicas (a PDB keeps one up).")
 
 
+def _knob(knob: engine_scheduler.Knob) -> Any:
+    return Field(
+        default=None,
+        gt=0,
+        le=knob.upper,
+        description=f"{knob.description} Unset: SGLang's default ({knob.default:g}). Read once when the "
+        "engine starts: changing it restarts the engines, replica by replica.",
+    )
+
+
+class SchedulerSpec(ApiModel):
+    """Each unset knob keeps SGLang's own default."""
+
+    # Names, bounds and SGLang's defaults come from kvant_contracts.engine_scheduler, which the
+    # launcher and the simulator read too.
+    conservativeness: float | None = _knob(engine_scheduler.CONSERVATIVENESS)
+    min_new_token_ratio_factor: float | None = _knob(engine_scheduler.MIN_NEW_TOKEN_RATIO_FACTOR)
+    new_token_ratio_decay_steps: int | None = _knob(engine_scheduler.NEW_TOKEN_RATIO_DECAY_STEPS)
+    clip_max_new_tokens_estimation: int | None = _knob(engine_scheduler.CLIP_MAX_NEW_TOKENS)
+
+    def values(self) -> dict[str, float]:
+        """The knobs set, by their contract (camelCase) names."""
+        return {
+            name: value
+            for name, value in self.model_dump(by_alias=True, exclude_none=True).items()
+            if name in engine_scheduler.BY_FIELD
+        }
+
+
 class ServingSpec(ApiModel):
     """How the model is served."""
 
@@ -579,6 +644,7 @@ class ServingSpec(ApiModel):
         ),
         _no_owned_flags("spec.serving"),
         _priority_abort_needs_scheduling("spec.serving"),
+        _conservativeness_once(),
     )
 
     engine: Engine = Engine.SGLANG
@@ -606,6 +672,11 @@ class ServingSpec(ApiModel):
         "own default for this GPU.",
     )
     disaggregation: DisaggregationSpec = Field(default_factory=DisaggregationSpec)
+    scheduler: SchedulerSpec = Field(
+        default_factory=SchedulerSpec,
+        description="SGLang's own admission knobs, for every engine of the model (both roles when "
+        "disaggregated). Launch settings: an edit restarts the engines, replica by replica.",
+    )
     engine_args: list[EngineArg] = _engine_args_field()
     router: RouterSpec = Field(
         default_factory=RouterSpec,

@@ -15,6 +15,7 @@ from kvant_contracts.drain import (
     POD_TERMINATION_GRACE_SECONDS,
     drain_wait_script,
 )
+from kvant_contracts.engine_scheduler import engine_env, engine_flags
 from kvant_contracts.launch_spec import LaunchSpec
 from kvant_contracts.serving_pod import (
     BOOTSTRAP_PORT,
@@ -150,6 +151,9 @@ def _engine_container(inputs: ServingInputs, role: Role) -> Obj:
     }
     if spec.serving.engine is Engine.SIMULATOR:
         container["args"] = _simulator_args(inputs, role)
+        env = engine_env(spec.serving.scheduler.values())
+        if env:
+            container["env"] = [{"name": name, "value": value} for name, value in env.items()]
         return container
     # The user's SGLang image, with the launcher from an emptyDir (render/engine_launcher.py).
     container["image"] = spec.serving.image or settings.runtime_image
@@ -197,6 +201,8 @@ def _simulator_args(inputs: ServingInputs, role: Role) -> list[str]:
         "--seed", "0",
         "--tokenizer", inputs.model_dir.path,
         *_simulator_disaggregation(role),
+        # The simulator takes SGLang's own flag and environment variables for these (kvant sim --help).
+        *engine_flags(inputs.spec.serving.scheduler.values()),
     ]  # fmt: skip
 
 
@@ -238,6 +244,7 @@ def _launch_spec(inputs: ServingInputs, role: Role) -> LaunchSpec:
         host=ENGINE_HOST,
         port=ENGINE_PORT,
         engineArgs=tuple(role.engine_args),
+        scheduler=spec.serving.scheduler.values(),
     )
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from kvant_contracts.engine_scheduler import engine_flags
 from kvant_contracts.launch_spec import LaunchSpec, SpecError
 from kvant_contracts.serving_pod import BOOTSTRAP_PORT
 from kvant_contracts.weight_formats import weight_format
@@ -97,6 +98,7 @@ def kvant_argv(spec: LaunchSpec, quant_method: str | None, amx: bool = False) ->
         argv += ["--disaggregation-transfer-backend", spec.transferBackend]
     if spec.disaggregationRole == "prefill":
         argv += ["--disaggregation-bootstrap-port", str(BOOTSTRAP_PORT)]
+    argv += engine_flags(spec.scheduler)
     if spec.device == "cpu":
         argv += cpu_flags(amx, list(spec.engineArgs))
     return [*argv, "--enable-metrics", "--host", spec.host, "--port", str(spec.port)]

@@ -82,6 +82,7 @@ def _write_zipapp(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from kvant_contracts.artifact_manifest import ManifestError  # noqa: PLC0415
+    from kvant_contracts.engine_scheduler import engine_env  # noqa: PLC0415
     from kvant_contracts.launch_spec import SpecError, load_spec, parse_spec_json  # noqa: PLC0415
     from kvant_contracts.serving_pod import ADMIN_KEY_ENV  # noqa: PLC0415
     from kvant_runtime.launch.argv import (  # noqa: PLC0415
@@ -111,6 +112,9 @@ def run(args: argparse.Namespace) -> int:
             amx = node_has_amx()
             found = {"device": "cpu", "attentionBackend": attention_backend(amx), "amx": str(amx).lower()}
             os.environ.update(ENGINE_ENV)  # before SGLang's parser runs: it reads the engine's device
+        # SGLang reads these at import or scheduler init: set before it starts, inherited through exec.
+        scheduler_env = engine_env(spec.scheduler)
+        os.environ.update(scheduler_env)
         check_artifact(Path(spec.modelPath), spec.artifactDigest, args.verify_content)
         token = os.environ.get(ADMIN_KEY_ENV, "").strip() or None
         argv = kvant_argv(spec, checkpoint_quant_method(Path(spec.modelPath)), amx) + list(spec.engineArgs)
@@ -119,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     except (SpecError, ManifestError, SGLangRejected) as error:
         return _refuse(args.check, version, True, str(error), found)
     command = [sys.executable, "-m", "sglang.launch_server", *argv]
-    shown = shlex.join(redacted(command))
+    shown = shlex.join([*(f"{name}={value}" for name, value in scheduler_env.items()), *redacted(command)])
     if args.check:
         print(_check_line(version, True, None, found))
         return 0

@@ -18,6 +18,7 @@ MODULES: tuple[str, ...] = (
     "kvant_contracts",
     "kvant_contracts.artifact_manifest",
     "kvant_contracts.cpu_serving",
+    "kvant_contracts.engine_scheduler",
     "kvant_contracts.job_lines",
     "kvant_contracts.launch_spec",
     "kvant_contracts.serving_pod",

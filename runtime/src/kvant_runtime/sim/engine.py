@@ -35,16 +35,18 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from kvant_contracts import engine_scheduler
 from kvant_runtime.sim.cost import CostModel
 from kvant_runtime.sim.output_lengths import OutputLengths
 from kvant_runtime.sim.text import VOCAB_SIZE
 
-# SGLang's defaults (python/sglang/srt/environ.py), named after their environment variables.
-INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
-MIN_NEW_TOKEN_RATIO_FACTOR = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
-NEW_TOKEN_RATIO_DECAY_STEPS = 600  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
-RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
-CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+# SGLang's defaults (python/sglang/srt/environ.py), from the contract that names the knobs a model
+# may set (kvant_contracts.engine_scheduler); EngineConfig takes the set ones.
+INIT_NEW_TOKEN_RATIO = engine_scheduler.INIT_NEW_TOKEN_RATIO
+MIN_NEW_TOKEN_RATIO_FACTOR = engine_scheduler.MIN_NEW_TOKEN_RATIO_FACTOR.default
+NEW_TOKEN_RATIO_DECAY_STEPS = int(engine_scheduler.NEW_TOKEN_RATIO_DECAY_STEPS.default)
+RETRACT_DECODE_STEPS = engine_scheduler.RETRACT_DECODE_STEPS
+CLIP_MAX_NEW_TOKENS = int(engine_scheduler.CLIP_MAX_NEW_TOKENS.default)
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,9 @@ class EngineConfig:
     context_length: int
     max_prefill_tokens: int = 16384
     new_token_ratio: float = INIT_NEW_TOKEN_RATIO  # the initial ratio; see the module docstring
+    min_new_token_ratio_factor: float = MIN_NEW_TOKEN_RATIO_FACTOR
+    new_token_ratio_decay_steps: int = NEW_TOKEN_RATIO_DECAY_STEPS
+    clip_max_new_tokens: int = CLIP_MAX_NEW_TOKENS
     seed: int = 0
     cost: CostModel = field(default_factory=CostModel)
     output_lengths: OutputLengths | None = None  # None: every request runs to its max_new_tokens
@@ -91,11 +96,10 @@ class Request:
     def remaining_new_tokens(self) -> int:
         return self.max_new_tokens - len(self.output_ids)
 
-    @property
-    def estimated_new_tokens(self) -> int:
-        """The remaining output SGLang's admission plans for: clipped, so one huge max_new_tokens
-        does not block the queue."""
-        return min(self.remaining_new_tokens, CLIP_MAX_NEW_TOKENS)
+    def estimated_new_tokens(self, clip: int) -> int:
+        """The remaining output SGLang's admission plans for: clipped at `clip`, so one huge
+        max_new_tokens does not block the queue."""
+        return min(self.remaining_new_tokens, clip)
 
 
 @dataclass
@@ -124,10 +128,10 @@ class Engine:
         self.retracted_total = 0
         self.last_step_retractions = 0
         self.new_token_ratio = config.new_token_ratio
-        self.min_new_token_ratio = config.new_token_ratio * MIN_NEW_TOKEN_RATIO_FACTOR
+        self.min_new_token_ratio = config.new_token_ratio * config.min_new_token_ratio_factor
         self.new_token_ratio_decay = (
             config.new_token_ratio - self.min_new_token_ratio
-        ) / NEW_TOKEN_RATIO_DECAY_STEPS
+        ) / config.new_token_ratio_decay_steps
 
     @property
     def free_kv_tokens(self) -> int:
@@ -207,20 +211,21 @@ class Engine:
 
     def _admit(self) -> list[Request]:
         admitted: list[Request] = []
-        reserved = self.new_token_ratio * sum(r.estimated_new_tokens for r in self.running)
+        clip = self.config.clip_max_new_tokens
+        reserved = self.new_token_ratio * sum(r.estimated_new_tokens(clip) for r in self.running)
         budget = self.free_kv_tokens - reserved
         prefill_tokens = 0
         while self.waiting and len(self.running) < self.config.max_running_requests:
             request = self.waiting[0]
             need = request.prompt_tokens + len(request.output_ids)
             too_long = admitted and prefill_tokens + need > self.config.max_prefill_tokens
-            if need + request.estimated_new_tokens > budget or too_long:
+            if need + request.estimated_new_tokens(clip) > budget or too_long:
                 break
             self.waiting.pop(0)
             self.running.append(request)
             request.kv_tokens = need
             self.used_kv_tokens += need
-            budget -= need + request.estimated_new_tokens
+            budget -= need + request.estimated_new_tokens(clip)
             prefill_tokens += need
             admitted.append(request)
         return admitted

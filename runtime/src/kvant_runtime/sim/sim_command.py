@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
+
+from kvant_contracts import engine_scheduler
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,6 +42,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=0.7,
         help="initial KV reserved per output token a running request still has to come; it decays "
         "and jumps after a retraction as in SGLang (SGLANG_INIT_NEW_TOKEN_RATIO, default 0.7)",
+    )
+    parser.add_argument(
+        "--schedule-conservativeness",
+        type=float,
+        default=engine_scheduler.CONSERVATIVENESS.default,
+        help="SGLang's flag: the initial ratio is --new-token-ratio x this, at most 1. SGLang's "
+        + ", ".join(knob.sglang for knob in engine_scheduler.ENV_KNOBS)
+        + " are read from the environment, as SGLang reads them",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -131,12 +142,19 @@ def run(args: argparse.Namespace) -> int:
         kv_read_bytes_per_s=args.kv_read_gbps * 1e9,
         prefill_per_token_s=args.prefill_per_token_us / 1e6,
     )
+    knobs = _scheduler_knobs(args.schedule_conservativeness)
+    if isinstance(knobs, str):
+        print(f"kvant sim: {knobs}", file=sys.stderr)
+        return 2
     config = EngineConfig(
         kv_tokens=kv_tokens,
         max_running_requests=args.max_running_requests,
         context_length=args.context_length,
         max_prefill_tokens=args.max_prefill_tokens,
-        new_token_ratio=args.new_token_ratio,
+        new_token_ratio=min(args.new_token_ratio * knobs["conservativeness"], 1.0),
+        min_new_token_ratio_factor=knobs["minNewTokenRatioFactor"],
+        new_token_ratio_decay_steps=int(knobs["newTokenRatioDecaySteps"]),
+        clip_max_new_tokens=int(knobs["clipMaxNewTokensEstimation"]),
         seed=args.seed,
         cost=cost,
         output_lengths=lengths,
@@ -165,3 +183,23 @@ def run(args: argparse.Namespace) -> int:
     )
     web.run_app(server.app(), host=args.host, port=args.port, print=None, access_log=None)
     return 0
+
+
+def _scheduler_knobs(conservativeness: float) -> dict[str, float] | str:
+    """SGLang's admission knobs as SGLang would read them: the flag, the environment, else its
+    defaults (kvant_contracts.engine_scheduler); or why one is invalid."""
+    knobs = {knob.field: knob.default for knob in engine_scheduler.KNOBS}
+    knobs[engine_scheduler.CONSERVATIVENESS.field] = conservativeness
+    for knob in engine_scheduler.ENV_KNOBS:
+        text = os.environ.get(knob.sglang)
+        if text is None:
+            continue
+        try:
+            knobs[knob.field] = int(text) if knob.integer else float(text)
+        except ValueError:
+            return f"{knob.sglang} must be a number, got {text!r}"
+    for name, value in knobs.items():
+        problem = engine_scheduler.problem(name, value)
+        if problem is not None:
+            return problem
+    return knobs
