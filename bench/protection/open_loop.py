@@ -35,10 +35,12 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 
 from kvant_dev.loadgen import LoadShape, engine_retractions, generate_load
 from kvant_dev.open_loop import OpenLoopShape, Slo, run_open_loop
@@ -117,6 +119,7 @@ def cell(
         before = engine_retractions(engine)
         summary, samples = asyncio.run(_measured(stack.front, engine, shape))
         retractions = engine_retractions(engine) - before
+        summary["refusals_by_reason"] = _refusals(stack.front)
     summary["retractions"] = int(retractions)
     completed = summary["statuses"].get("200", 0)
     summary["retractions_per_1000"] = round(1000 * retractions / completed, 1) if completed else None
@@ -124,6 +127,19 @@ def cell(
     summary["noisy"] = summary["load_average"] > LOAD_LIMIT
     summary["samples"] = samples
     return summary
+
+
+def _refusals(front: str) -> dict[str, int]:
+    """The gate's own refusals by reason (`deadline` at arrival, `queue_timeout` after waiting, ...)."""
+    with urllib.request.urlopen(f"{front}/gate/metrics", timeout=10) as page:
+        families = text_string_to_metric_families(page.read().decode())
+        return {
+            sample.labels["reason"]: int(sample.value)
+            for family in families
+            if family.name == "kvant_gate_rejected"
+            for sample in family.samples
+            if sample.name == "kvant_gate_rejected_total" and sample.value
+        }
 
 
 def _median(runs: list[dict[str, Any]], key: str) -> float | None:
