@@ -43,6 +43,8 @@ MESH_PORT = 39527  # smg's default --mesh-port
 # Retries stay well inside a client's deadline: a refused request moves to another replica within
 # ~1 s, and the client sees 429 only when every replica refused.
 RETRIES = ["--retry-max-retries", "3", "--retry-initial-backoff-ms", "50", "--retry-max-backoff-ms", "500"]
+# How often smg retries the health check of a discovered, Ready engine pod before it joins the pool.
+WORKER_STARTUP_CHECK_SECONDS = 3
 
 
 def router_enabled(spec: QuantizedModelSpec) -> bool:
@@ -89,6 +91,11 @@ def router_args(model: str, namespace: str, spec: QuantizedModelSpec) -> list[st
     # smg health-checks each worker's /health, which the gate passes to SGLang's own (1-20 s): its 5 s
     # default would drop a busy engine from the pool.
     args += ["--health-check-timeout-secs", str(ENGINE_PROBE_TIMEOUT_SECONDS)]
+    # smg adds a discovered pod once it is Ready, after a health check that is retried every
+    # --worker-startup-check-interval (30 s by default): one check missed by a busy engine left a new
+    # replica out of the pool for 30-60 s (the real-engine autoscaling e2e timed out waiting for it to
+    # take traffic). The pod is Ready, so checking every few seconds costs one /health each.
+    args += ["--worker-startup-check-interval", str(WORKER_STARTUP_CHECK_SECONDS)]
     args += ["--prometheus-host", "0.0.0.0", "--prometheus-port", str(METRICS_PORT)]
     if meshed(spec.serving.router.replicas):  # the peers: see router_command
         args += ["--enable-mesh", "--mesh-server-name", "$(POD_NAME)", "--mesh-port", str(MESH_PORT)]
