@@ -60,8 +60,12 @@ def test_client_keys_are_required_when_configured_and_rotate_live(tmp_path: Path
             async with aiohttp.ClientSession() as session:
                 async with session.post(url + "/generate", json=body) as resp:
                     assert resp.status == 401
-                async with session.get(url + "/v1/models", headers={"Authorization": "Bearer nope"}) as resp:
+                wrong = {"Authorization": "Bearer nope"}
+                async with session.get(url + "/get_server_info", headers=wrong) as resp:
                     assert resp.status == 401
+                # The model list needs no key: the router reads it, with none, to register this gate.
+                async with session.get(url + "/v1/models") as resp:
+                    assert resp.status == 200
                 for key in ("key-one", "key-two"):
                     auth = {"Authorization": f"Bearer {key}"}
                     async with session.post(url + "/generate", json=body, headers=auth) as resp:

@@ -4,8 +4,9 @@ modification time moved, so a rotated key works without a restart).
 
 - Admin routes (`route_policy.RouteClass.ADMIN`) need `Authorization: Bearer <admin token>`; with no
   token file they are closed to everyone (403).
-- With an API-keys file, every other route but health, readiness and metrics needs
-  `Authorization: Bearer <key>` (401 otherwise), as OpenAI-compatible clients send it. The admin
+- With an API-keys file, every other route but health, readiness, metrics and the model list
+  (`/v1/models`, which the router reads to register a gate) needs `Authorization: Bearer <key>`
+  (401 otherwise), as OpenAI-compatible clients send it. The admin
   token is accepted there too.
 
 Comparisons are constant-time. An empty or unreadable file holds no key: it closes, never opens.
@@ -40,8 +41,12 @@ from kvant_contracts.tenancy import (
 )
 
 log = logging.getLogger("kvant.gate")
-# Probes and scrapes carry no secrets (SGLang exempts the same prefixes).
-_OPEN_PREFIXES = ("/health", "/ready", "/metrics", "/ping")
+# Probes and scrapes carry no secrets (SGLang exempts the same prefixes). And the model list: the
+# router (smg) reads a discovered gate's `GET /v1/models` to learn what it serves before it routes
+# anything to it, and sends no key; with the list behind a key, a model with API keys and a router
+# never served (e2e: the router registered no engine). It names the served model, which the router
+# answers to anyone on its own `/v1/models` anyway; nothing that list is for needs a generation.
+_OPEN_PREFIXES = ("/health", "/ready", "/metrics", "/ping", "/v1/models")
 
 
 class SecretFile:

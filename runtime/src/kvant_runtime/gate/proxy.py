@@ -25,6 +25,7 @@ from yarl import URL
 
 from kvant_contracts.serving_pod import GATE_READINESS_PATH
 from kvant_contracts.tenancy import DEADLINE_HEADER, ENGINE_PRIORITY, OVERRIDE_PRIORITY_HEADER
+from kvant_runtime.gate import server_info
 from kvant_runtime.gate.access import Access, Identity
 from kvant_runtime.gate.admission import Admission, Ticket
 from kvant_runtime.gate.answer_counts import Answered
@@ -247,7 +248,18 @@ class Proxy:
         except aiohttp.ClientError as err:
             raise Refused(502, "engine_error", f"the engine at {self.upstream} failed: {err!r}") from None
         async with upstream:
+            if request.path in server_info.PATHS and upstream.status == 200:
+                return await _without_secrets(upstream)
             return await relay_answer(request, upstream, answered if upstream.status == 200 else None)
+
+
+async def _without_secrets(upstream: aiohttp.ClientResponse) -> web.Response:
+    """SGLang's server info, relayed with its secrets replaced (`server_info`)."""
+    try:
+        body = server_info.redact(await upstream.read())
+    except ValueError:
+        raise Refused(502, "engine_error", "the engine's server info is not JSON; not relayed") from None
+    return web.Response(body=body, status=200, content_type="application/json")
 
 
 async def _read_body(request: web.Request, limit: int) -> bytes:
