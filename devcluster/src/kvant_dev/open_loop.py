@@ -47,6 +47,9 @@ class OpenLoopShape:
     seed: int = 0
     drain_seconds: float = 20.0
     send_deadline: bool = True  # the TTFT budget as the gate's deadline header
+    api_key: str | None = None  # sent as `Authorization: Bearer`, as OpenAI-compatible clients do
+    # The model each request names: a router (smg) in its multi-model mode routes /generate by it.
+    model: str = ""
 
     def schedule(self) -> list[float]:
         """Arrival times in seconds from the start: exponential gaps at `rate`, seeded."""
@@ -61,7 +64,10 @@ class OpenLoopShape:
     def body(self, number: int) -> dict[str, object]:
         text = f"{number % 10**8:08d} {self.texts[number % len(self.texts)]}"
         sampling = {"max_new_tokens": self.new_tokens, "min_new_tokens": self.new_tokens}
-        return {"text": text, "sampling_params": sampling, "stream": True}
+        body: dict[str, object] = {"text": text, "sampling_params": sampling, "stream": True}
+        if self.model:
+            body["model"] = self.model
+        return body
 
 
 @dataclass
@@ -143,6 +149,8 @@ async def _one(
     session: aiohttp.ClientSession, url: str, shape: OpenLoopShape, number: int, out: Outcome
 ) -> None:
     headers = {DEADLINE_HEADER: str(int(shape.slo.ttft_seconds * 1000))} if shape.send_deadline else {}
+    if shape.api_key is not None:
+        headers["Authorization"] = f"Bearer {shape.api_key}"
     out.sent_at = time.monotonic()
     try:
         async with session.post(url, json=shape.body(number), headers=headers) as response:
