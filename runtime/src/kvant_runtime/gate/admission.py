@@ -240,9 +240,10 @@ class Admission:
 
     async def _queue(self, waiter: Waiter, timeout: float, reason: str) -> Ticket:
         now = self._clock()
-        # What must drain before it can start: what is queued ahead of it. Not its own tokens: with
-        # nothing ahead a request starts as soon as the next one ends, and a rate measured over a
-        # light load (it tells the demand then, not the capacity) would refuse it for nothing.
+        # What must drain before it can start: what is queued ahead of it, at the drain rate. Not its
+        # own tokens (a rate measured over a light load tells the demand, not the capacity, and would
+        # refuse it for nothing): the wait for its own room is what recent queued requests waited
+        # beyond their drain part (`queue_wait`).
         ahead = self._waiting.tokens_at_or_above(waiter.priority)
         why = self._wait.why_late(now, waiter.priority, ahead, timeout)
         if why is not None:
