@@ -18,7 +18,11 @@ from kvant_runtime.launch.validate import validate_argv
 from tests.unit.gate_harness import KubeletLimitsDir, gate_in_front_of, run, serving
 
 ADMIN, KEY = "adm-0123456789abcdef", "sk-engine-key-42"
-ARGV = ["--model-path", "/models/m", "--device", "cpu", "--admin-api-key", ADMIN, f"--api-key={KEY}"]
+PASSWORD = "ssl-pass-7"
+ARGV = [
+    *("--model-path", "/models/m", "--device", "cpu", "--admin-api-key", ADMIN, f"--api-key={KEY}"),
+    *("--ssl-keyfile-password", PASSWORD),
+]
 
 
 def _sglang_server_info() -> dict[str, Any]:
@@ -31,7 +35,7 @@ def _sglang_server_info() -> dict[str, Any]:
 def test_sglang_itself_answers_its_secrets_in_plain_text():
     """The premise: without the gate, a client that reads /server_info holds the admin token."""
     info = _sglang_server_info()
-    assert (info["admin_api_key"], info["api_key"]) == (ADMIN, KEY)
+    assert (info["admin_api_key"], info["api_key"], info["ssl_keyfile_password"]) == (ADMIN, KEY, PASSWORD)
 
 
 def test_the_gate_relays_server_info_with_every_secret_redacted(tmp_path):
@@ -56,12 +60,13 @@ def test_the_gate_relays_server_info_with_every_secret_redacted(tmp_path):
                 async with client.get(url + path) as resp:
                     assert resp.status == 200
                     text = await resp.text()
-                assert ADMIN not in text and KEY not in text, path
+                assert ADMIN not in text and KEY not in text and PASSWORD not in text, path
                 seen = json.loads(text)
                 assert (seen["admin_api_key"], seen["api_key"]) == ("REDACTED", "REDACTED")
                 assert seen["internal_states"][0]["admin_api_key"] == "REDACTED"
                 assert "--admin-api-key REDACTED" in seen["launch_command"]
                 assert "--api-key=REDACTED" in seen["launch_command"]
+                assert "--ssl-keyfile-password REDACTED" in seen["launch_command"]
                 # What routers and dashboards read stays.
                 assert seen["model_path"] == "/models/m"
                 assert seen["internal_states"][0]["last_gen_throughput"] == 1.5
