@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import urllib.request
@@ -31,7 +30,7 @@ from typing import Any
 from kvant_runtime.tinychat import ensure_tiny_chat_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.protection.open_loop import MAX_RUNNING, NEW_TOKENS, SLO, capacity, cell
+from bench.protection.open_loop import MAX_RUNNING, NEW_TOKENS, SLO, capacity, cell, median_of
 from bench.protection.real_engine import split_cpus
 from bench.real_engine import real_engine
 
@@ -98,14 +97,10 @@ def table(rows: list[dict[str, Any]], load: float) -> str:
                 lines.append(f"| {name} | | {front} | every run noisy | | | |")
                 continue
 
-            def median(key: str, runs: list[dict[str, Any]] = quiet) -> float | None:
-                found = [r[key] for r in runs if r[key] is not None]
-                return statistics.median(found) if found else None
-
             lines.append(
-                f"| {name} | {quiet[0]['conservativeness']} | {front} | {median('goodput')} | "
-                f"{median('good')} / {median('sent')} | {median('retractions_per_1000')} | "
-                f"{median('ttft_p50_s')} |"
+                f"| {name} | {quiet[0]['conservativeness']} | {front} | {median_of(quiet, 'goodput')} | "
+                f"{median_of(quiet, 'good')} / {median_of(quiet, 'sent')} | "
+                f"{median_of(quiet, 'retractions_per_1000')} | {median_of(quiet, 'ttft_p50_s')} |"
             )
     return "\n".join(lines)
 

@@ -142,7 +142,7 @@ def _refusals(front: str) -> dict[str, int]:
         }
 
 
-def _median(runs: list[dict[str, Any]], key: str) -> float | None:
+def median_of(runs: list[dict[str, Any]], key: str) -> float | None:
     found = [r[key] for r in runs if r[key] is not None]
     return statistics.median(found) if found else None
 
@@ -175,10 +175,10 @@ def medians(
             ]
             refused = statistics.median(int(r["statuses"].get("429", 0)) for r in runs)
             rows.append(
-                f"| {front} | {load}x | {_spread(ratios)} | {_median(runs, 'goodput')} | "
-                f"{_median(runs, 'good')} / {_median(runs, 'sent')} | {refused} | "
-                f"{_median(runs, 'refusal_p99_ms')} | "
-                f"{_median(runs, 'retractions_per_1000')} | {_median(runs, 'ttft_p50_s')} |"
+                f"| {front} | {load}x | {_spread(ratios)} | {median_of(runs, 'goodput')} | "
+                f"{median_of(runs, 'good')} / {median_of(runs, 'sent')} | {refused} | "
+                f"{median_of(runs, 'refusal_p99_ms')} | "
+                f"{median_of(runs, 'retractions_per_1000')} | {median_of(runs, 'ttft_p50_s')} |"
             )
     return rows
 

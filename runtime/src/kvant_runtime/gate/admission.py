@@ -245,7 +245,8 @@ class Admission:
         # refuse it for nothing): the wait for its own room is what recent queued requests waited
         # beyond their drain part (`queue_wait`).
         ahead = self._waiting.tokens_at_or_above(waiter.priority)
-        why = self._wait.why_late(now, waiter.priority, ahead, timeout)
+        drain = self._wait.drain_seconds(now, ahead)
+        why = self._wait.why_late(now, waiter.priority, ahead, drain, timeout)
         if why is not None:
             raise refusals.too_late(self.limits, timeout, why)
         evicted = shedding.make_room(self._waiting, self.limits, waiter)
@@ -257,7 +258,6 @@ class Admission:
         self._share.enter(waiter.tenant)  # queued work counts towards its tenant's share
         self._waiting.push(waiter)
         self._wait.drain.backlog(now, waiting=True)
-        drain = self._wait.drain_seconds(now, ahead)
         try:
             async with asyncio.timeout(timeout):
                 ticket = await asyncio.shield(waiter.future)

@@ -69,12 +69,11 @@ class QueueWait:
         ordered = sorted(seconds for _, seconds in recent)
         return ordered[min(len(ordered) - 1, math.ceil(RESIDUAL_QUANTILE * len(ordered)) - 1)]
 
-    def why_late(self, now: float, klass: Priority, ahead: int, timeout: float) -> str | None:
-        """Why a request of `klass` with `ahead` tokens queued before it cannot start within `timeout`
-        seconds; None when it may."""
+    def why_late(self, now: float, klass: Priority, ahead: int, drain: float, timeout: float) -> str | None:
+        """Why a request of `klass` with `ahead` tokens queued before it, which take `drain` seconds
+        to drain (`drain_seconds`), cannot start within `timeout` seconds; None when it may."""
         if timeout <= 0:
             return "no slot is free now"
-        drain = self.drain_seconds(now, ahead)
         residual = self.residual(now, klass)
         if drain + residual <= timeout:
             return None
