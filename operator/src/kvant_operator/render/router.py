@@ -45,6 +45,9 @@ MESH_PORT = 39527  # smg's default --mesh-port
 RETRIES = ["--retry-max-retries", "3", "--retry-initial-backoff-ms", "50", "--retry-max-backoff-ms", "500"]
 # How often smg retries the health check of a discovered, Ready engine pod before it joins the pool.
 WORKER_STARTUP_CHECK_SECONDS = 3
+# smg's probe paths: /readiness answers 503 while no engine is healthy in its pool; /health always 200.
+ROUTER_READINESS_PATH = "/readiness"
+ROUTER_LIVENESS_PATH = "/health"
 
 
 def router_enabled(spec: QuantizedModelSpec) -> bool:
@@ -156,7 +159,16 @@ def _mesh_service(body: Obj, role: Role) -> Obj:
 def _deployment(body: Obj, settings: OperatorSettings, role: Role, args: list[str]) -> Obj:
     name = workload_name(body["metadata"]["name"], role)
     model = body["metadata"]["name"]
-    probe = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5}
+    # Ready means "can serve": smg's /readiness answers 503 while it has no healthy engine, so a router
+    # with nothing registered (a fresh pod, every engine rolling, a node back from a reboot) leaves the
+    # model's Service instead of answering 404 model_not_found from it; and the model is Ready only
+    # once a router is (reconcile.serving_step). /health is liveness only: it always answers 200.
+    readiness = {"httpGet": {"path": ROUTER_READINESS_PATH, "port": "http"}, "periodSeconds": 2}
+    liveness = {
+        "httpGet": {"path": ROUTER_LIVENESS_PATH, "port": "http"},
+        "periodSeconds": 10,
+        "failureThreshold": 6,
+    }
     command, args = router_command(model, role, args)
     container: Obj = {
         "name": ROUTER,
@@ -167,8 +179,8 @@ def _deployment(body: Obj, settings: OperatorSettings, role: Role, args: list[st
             {"name": "http", "containerPort": GATE_PORT},
             {"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT},
         ],
-        "readinessProbe": probe,
-        "livenessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 6},
+        "readinessProbe": readiness,
+        "livenessProbe": liveness,
         "resources": {"requests": {"cpu": "200m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}},
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
