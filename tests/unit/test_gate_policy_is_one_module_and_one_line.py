@@ -15,7 +15,7 @@ from tests.unit.gate_harness import run, until
 
 
 def test_every_registered_policy_is_consulted_under_its_own_name():
-    registered = ["concurrency", "token_budget", "engine_queue", "engine_snapshot", "kv_peak"]
+    registered = ["concurrency", "token_budget", "engine_queue", "engine_snapshot", "kv_peak", "grant_pace"]
     assert list(policies.POLICIES) == registered
     assert set(registered) >= policies.PACING
 

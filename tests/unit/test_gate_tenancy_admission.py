@@ -97,7 +97,10 @@ def test_classes_go_in_rank_order_whatever_the_arrival_order() -> None:
 
 def test_one_tenant_in_one_class_is_fifo_and_an_earlier_deadline_goes_first() -> None:
     async def scenario() -> None:
-        admission = _admission()
+        clock = Clock()
+        admission = _admission(clock)
+        await _queued_waits(admission, clock, [1.0])  # a measured drain rate: a deadline can be judged
+        assert admission.drain_rate is not None
         holder = await admission.acquire(1)
         named = {}
         for name, deadline in (("first", None), ("second", None), ("hurried", 600.0), ("third", None)):
@@ -496,18 +499,24 @@ def test_a_request_with_nothing_queued_ahead_is_not_refused_by_a_slow_drain_rate
     run(scenario())
 
 
-def test_no_request_is_refused_early_before_a_drain_rate_is_measured() -> None:
+def test_before_a_drain_rate_is_measured_only_a_hurried_request_behind_others_is_refused_at_once() -> None:
+    """A cold gate cannot say how long a request queued behind others waits. One without a deadline of
+    its own queues (for queueTimeoutSeconds); one with a deadline is refused at once, not when its
+    deadline runs out; one with nothing ahead of it queues, deadline or not."""
+
     async def scenario() -> None:
         admission = _admission()
         holder = await admission.acquire(100)
-        behind = [_task(admission.acquire(1000)) for _ in range(2)]
+        head = _task(admission.acquire(100, deadline_seconds=1.0))
         await settle()
-        assert admission.drain_rate is None
-        hurried = _task(admission.acquire(100, deadline_seconds=1.0))
+        assert admission.drain_rate is None and not head.done()  # nothing ahead of it
+        patient = [_task(admission.acquire(1000)) for _ in range(2)]
         await settle()
-        assert not hurried.done()
-        assert admission.queue_length == 3
-        await _cancel(*behind, hurried)
+        with pytest.raises(Rejected) as hurried:
+            await admission.acquire(100, deadline_seconds=1.0)
+        assert hurried.value.reason == "deadline" and "not measured yet" in str(hurried.value)
+        assert admission.queue_length == 3 and not any(t.done() for t in patient)
+        await _cancel(head, *patient)
         admission.release(holder)
 
     run(scenario())
@@ -541,9 +550,12 @@ def test_a_request_is_refused_at_once_when_recent_queued_requests_waited_past_it
         refused = hurried.exception()
         assert isinstance(refused, Rejected) and refused.reason == "deadline"
         assert "waited up to 5.0s more for room of their own" in str(refused)
-        patient = _task(admission.acquire(1, deadline_seconds=6.0))
+        # The estimate may take three quarters of the deadline, for its own error: 5 s of 6 s is more.
+        with pytest.raises(Rejected, match="more than the 75% of it"):
+            await admission.acquire(1, deadline_seconds=6.0)
+        patient = _task(admission.acquire(1, deadline_seconds=7.0))
         await settle()
-        assert not patient.done()  # 5 s fits 6 s
+        assert not patient.done()  # 5 s fits in 75% of 7 s
         # A critical request is not judged by what standard requests waited.
         critical = _task(admission.acquire(1, priority="critical", deadline_seconds=4.0))
         await settle()

@@ -236,6 +236,7 @@ class Admission:
             limits=self.limits,
             critical_waiting=self._waiting.waiters["critical"] > 0,
             now=self._clock(),
+            drain_rate=self._wait.drain.value,
         )
 
     async def _queue(self, waiter: Waiter, timeout: float, reason: str) -> Ticket:
@@ -245,7 +246,7 @@ class Admission:
         # refuse it for nothing): the wait for its own room is what recent queued requests waited
         # beyond their drain part (`queue_wait`).
         ahead = self._waiting.tokens_at_or_above(waiter.priority)
-        drain = self._wait.drain_seconds(now, ahead)
+        drain = self._wait.drain_seconds(now, ahead, hurried=reason == "deadline")
         why = self._wait.why_late(now, waiter.priority, ahead, drain, timeout)
         if why is not None:
             raise refusals.too_late(self.limits, timeout, why)

@@ -8,7 +8,8 @@ A queued request waits for two things:
    drain part (it waited at least that), so timeouts raise the estimate that let them in.
 
 The estimate is a high quantile (`RESIDUAL_QUANTILE`) of the residuals of the last `WINDOW_SECONDS` in
-the request's own class, plus `ahead / rate`. Its own class: a sheddable request's wait includes the
+the request's own class, plus `ahead / rate`; a request whose estimate is over `DEADLINE_SHARE` of its
+deadline is refused at arrival. Its own class: a sheddable request's wait includes the
 critical ones that overtook it, which a critical request does not wait for. A quantile and not a
 mean, because the two mistakes cost a client differently: a request refused at arrival that would
 have started in time is one 429 that came in milliseconds, where a request let in that then times
@@ -35,6 +36,9 @@ WINDOW_SECONDS = 20.0
 MIN_SAMPLES = 4
 # The share of recent requests whose wait beyond the drain part the estimate covers.
 RESIDUAL_QUANTILE = 0.9
+# The share of its deadline a request's estimated wait may take: the estimate's error is the margin's
+# job, as a request let in on an estimate just under its deadline times out about as often as not.
+DEADLINE_SHARE = 0.75
 
 
 @dataclass
@@ -45,12 +49,23 @@ class QueueWait:
     # By class: (when it left the queue, its residual in seconds), oldest first.
     residuals: dict[Priority, deque[tuple[float, float]]] = field(default_factory=dict)
 
-    def drain_seconds(self, now: float, ahead: int) -> float:
-        """Seconds for `ahead` tokens to drain at the rate as of `now` (0 with none ahead or none
-        measured; infinite when the drain has stalled to 0)."""
+    def drain_seconds(self, now: float, ahead: int, *, hurried: bool) -> float:
+        """Seconds for `ahead` tokens to drain at the rate as of `now`: 0 with none ahead, infinite
+        when the drain has stalled to 0. Before the rate is first measured: 0, except for a `hurried`
+        request (one with its own deadline), for which it is infinite.
+
+        A client that sends its own deadline asks to be refused at once rather than late, and a cold
+        gate cannot say how long anything queued behind others will wait. Queued anyway, a burst on a
+        cold gate was refused only as each deadline ran out (issue #38: on the real engine at 4x, 45
+        refusals in the first seconds each took the whole 4 s deadline). So until the first
+        measurement a hurried request queues only where nothing is ahead of it, and that head's wait
+        is the first measurement; a request without a deadline of its own queues as before, for
+        `queueTimeoutSeconds`."""
         rate = self.drain.estimate(now)
-        if ahead == 0 or rate is None:
+        if ahead == 0:
             return 0.0
+        if rate is None:
+            return math.inf if hurried else 0.0
         return math.inf if rate <= 0 else ahead / rate
 
     def left_queue(self, now: float, klass: Priority, drain_seconds: float, waited: float) -> None:
@@ -71,15 +86,20 @@ class QueueWait:
 
     def why_late(self, now: float, klass: Priority, ahead: int, drain: float, timeout: float) -> str | None:
         """Why a request of `klass` with `ahead` tokens queued before it, which take `drain` seconds
-        to drain (`drain_seconds`), cannot start within `timeout` seconds; None when it may."""
+        to drain (`drain_seconds`), cannot start within `timeout` seconds (its estimate is over
+        `DEADLINE_SHARE` of it); None when it may."""
         if timeout <= 0:
             return "no slot is free now"
         residual = self.residual(now, klass)
-        if drain + residual <= timeout:
+        if drain + residual <= DEADLINE_SHARE * timeout:
             return None
         parts = []
-        if drain > 0:
-            rate = self.drain.value or 0.0
+        if self.drain.value is None:
+            parts.append(
+                f"{ahead} tokens are queued ahead of it and how fast the queue drains is not measured yet"
+            )
+        elif drain > 0:
+            rate = self.drain.value
             parts.append(
                 f"{ahead} tokens are queued ahead of it ({drain:.1f}s at the measured drain rate of "
                 f"{rate:.0f} tokens/s)"
@@ -89,4 +109,8 @@ class QueueWait:
                 f"{int(RESIDUAL_QUANTILE * 100)}% of the {klass} requests queued in the last "
                 f"{WINDOW_SECONDS:g}s waited up to {residual:.1f}s more for room of their own"
             )
-        return "; ".join(parts) + f": about {drain + residual:.1f}s"
+        if math.isinf(drain):
+            return "; ".join(parts)
+        return "; ".join(parts) + (
+            f": about {drain + residual:.1f}s, more than the {DEADLINE_SHARE:.0%} of it a wait may take"
+        )

@@ -25,6 +25,7 @@ from kvant_runtime.gate.admit import (
     critical_reserve,
     engine_queue,
     engine_snapshot,
+    grant_pace,
     kv_peak,
     token_budget,
 )
@@ -45,6 +46,7 @@ class Check:
     limits: Limits
     share: float  # the part of the room its class may fill (critical_reserve)
     now: float  # on the admission's clock
+    drain_rate: float | None = None  # tokens given back a second while requests wait (drain_rate)
 
 
 Policy = Callable[[Check], bool]
@@ -55,8 +57,9 @@ POLICIES: dict[str, Policy] = {
     "engine_queue": engine_queue.blocks,
     "engine_snapshot": engine_snapshot.blocks,
     "kv_peak": kv_peak.blocks,
+    "grant_pace": grant_pace.blocks,
 }
-PACING = frozenset({"engine_queue", "engine_snapshot"})
+PACING = frozenset({"engine_queue", "engine_snapshot", "grant_pace"})
 
 
 def over(
@@ -70,10 +73,11 @@ def over(
     limits: Limits,
     critical_waiting: bool,
     now: float,
+    drain_rate: float | None = None,
 ) -> tuple[str, ...]:
     """The policies a request would break if it started now, in registration order; () if none."""
     share = critical_reserve.share(priority, limits, held, critical_waiting=critical_waiting)
-    check = Check(tokens, output_tokens, sequences, priority, held, room, limits, share, now)
+    check = Check(tokens, output_tokens, sequences, priority, held, room, limits, share, now, drain_rate)
     can_wait = limits.maxQueued > 0
     return tuple(
         name for name, blocks in POLICIES.items() if (can_wait or name not in PACING) and blocks(check)
