@@ -349,6 +349,13 @@ def test_protection_pays_on_the_real_engine(cluster, operator, namespace, chat_m
 
         # Cut at the window's end, so what completed is what the engine finished in it.
         overload("off, overload", dataclasses.replace(OVERLOAD, drain_seconds=0))
+        if report["off, overload"]["retractions"] == 0:
+            # A flaky precondition, seen once (2026-12-04: 105 answers, 0 retractions; the same
+            # code passed on the rerun; its rate is not known): whether the unprotected engine's
+            # batch outgrows the cache within one window depends on how the 16 starts spread over
+            # its first prefill batches. A second window, not a weaker assertion: protection is
+            # only tested against an engine seen to retract.
+            overload("off, overload", dataclasses.replace(OVERLOAD, drain_seconds=0))
         assert report["off, overload"]["retractions"] > 0, report
         # 1x: what the unprotected engine completed a second, kept full.
         capacity = report["off, overload"]["tokens"] / NEW_TOKENS / WINDOW_SECONDS
