@@ -125,8 +125,20 @@ def cell(
     summary["retractions_per_1000"] = round(1000 * retractions / completed, 1) if completed else None
     summary["load_average"] = round(os.getloadavg()[0], 2)
     summary["noisy"] = summary["load_average"] > LOAD_LIMIT
+    summary.update(sampled_means(samples))
     summary["samples"] = samples
     return summary
+
+
+def sampled_means(samples: list[dict[str, float]]) -> dict[str, float | None]:
+    """The engine's mean running batch and cache usage over the cell: how full the front kept it."""
+    read = [row for row in samples if "running" in row]
+    if not read:
+        return {"mean_running": None, "mean_kv_usage": None}
+    return {
+        "mean_running": round(statistics.fmean(row["running"] for row in read), 1),
+        "mean_kv_usage": round(statistics.fmean(row["usage"] for row in read), 3),
+    }
 
 
 def _refusals(front: str) -> dict[str, int]:
