@@ -94,7 +94,7 @@ class QueueWait:
         if drain + residual <= DEADLINE_SHARE * timeout:
             return None
         parts = []
-        if self.drain.value is None:
+        if math.isinf(drain) and self.drain.value is None:
             parts.append(
                 f"{ahead} tokens are queued ahead of it and how fast the queue drains is not measured yet"
             )

@@ -3,8 +3,8 @@ together does not refill together.
 
 Requests of one shape that start together end together. When such a batch ends, the room for all of
 it opens at once; granted at once, the next batch again starts together, and the cache swings between
-nearly empty and full every batch (issue #38: on the real engine under overload, 14 requests running
-in step and the cache about half full on average, against SGLang's own 20 when it overfills). Spread
+nearly empty and full every batch (issue #38: on the real engine under overload, about 14 requests
+running in step and the cache a little over half full on average). Spread
 over time, their endings spread too, each ending makes room for one newcomer, and `kv_peak` lets more
 run at once, because requests at different ages never all hold their most at the same moment.
 
