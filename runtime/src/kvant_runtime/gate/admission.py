@@ -236,7 +236,7 @@ class Admission:
             limits=self.limits,
             critical_waiting=self._waiting.waiters["critical"] > 0,
             now=self._clock(),
-            drain_rate=self._wait.drain.value,
+            drain_rate=self.drain_rate,
         )
 
     async def _queue(self, waiter: Waiter, timeout: float, reason: str) -> Ticket:
