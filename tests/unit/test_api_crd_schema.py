@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from kvant_operator.api import placement as placement_models
 from kvant_operator.api import spec as spec_models
 from kvant_operator.api.crd import crd
 from kvant_operator.api.rules import ApiModel
@@ -49,7 +50,10 @@ def test_every_rule_points_at_an_existing_field():
 
 
 def test_every_model_rule_is_in_the_crd():
-    models = [m for m in vars(spec_models).values() if isinstance(m, type) and issubclass(m, ApiModel)]
+    # Every module that declares QuantizedModel nodes (spec.py imports the others' roots).
+    declared = {**vars(spec_models), **vars(placement_models)}
+    models = [m for m in declared.values() if isinstance(m, type) and issubclass(m, ApiModel)]
+    assert placement_models.Toleration in models
     expected = {r.cel for m in models for r in m.rules} | {r.cel for m in models for r in m.transition_rules}
     root = version()["schema"]["openAPIV3Schema"]
     found = {r["rule"] for _, node in walk(root) for r in node.get("x-kubernetes-validations", [])}

@@ -38,6 +38,7 @@ from kvant_contracts.weights_recipe import (
     WeightsRecipe,
     effective_weights,
 )
+from kvant_operator.api.placement import PlacementSpec
 from kvant_operator.api.rules import ApiModel, Rule, TransitionRule
 from kvant_operator.sources import SOURCE_FORMS, SOURCE_URI
 
@@ -681,6 +682,10 @@ class ServingSpec(ApiModel):
     router: RouterSpec = Field(
         default_factory=RouterSpec,
         description="The SGLang Model Gateway (smg) in front of the engines' gates.",
+    )
+    placement: PlacementSpec = Field(
+        default_factory=PlacementSpec,
+        description="Where the engine and router pods run and how each role spreads over nodes and zones.",
     )
 
     @property

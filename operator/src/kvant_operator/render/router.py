@@ -22,9 +22,11 @@ published, so replicas starting together can join).
 from __future__ import annotations
 
 from kvant_contracts.serving_pod import ENGINE_PROBE_TIMEOUT_SECONDS, GATE_PORT, METRICS_PORT
+from kvant_operator.api.placement import PlacementSpec
 from kvant_operator.api.spec import DisaggregationMode, QuantizedModelSpec
 from kvant_operator.render.api_identity import api_access_mount, api_access_volume, api_identity
 from kvant_operator.render.meta import MODEL_LABEL, ROLE_LABEL, SERVING_COMPONENT, Obj, object_meta
+from kvant_operator.render.pod_placement import placement
 from kvant_operator.render.pod_security import restricted
 from kvant_operator.render.roles import (
     KIND_LABEL,
@@ -128,7 +130,7 @@ def router_objects(body: Obj, spec: QuantizedModelSpec, settings: OperatorSettin
     pod_reader = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
     return [
         *api_identity(_meta(body, name), [pod_reader]),
-        _deployment(body, settings, role, router_args(model, namespace, spec)),
+        _deployment(body, settings, role, router_args(model, namespace, spec), spec.serving.placement),
         disruption_budget(body, role),
         *([_mesh_service(body, role)] if meshed(role.replicas) else []),
     ]
@@ -156,7 +158,9 @@ def _mesh_service(body: Obj, role: Role) -> Obj:
     }
 
 
-def _deployment(body: Obj, settings: OperatorSettings, role: Role, args: list[str]) -> Obj:
+def _deployment(
+    body: Obj, settings: OperatorSettings, role: Role, args: list[str], placed: PlacementSpec
+) -> Obj:
     name = workload_name(body["metadata"]["name"], role)
     model = body["metadata"]["name"]
     # Ready means "can serve": smg's /readiness answers 503 while it has no healthy engine, so a router
@@ -192,7 +196,12 @@ def _deployment(body: Obj, settings: OperatorSettings, role: Role, args: list[st
     # smg watches the engine pods through the API, with the token at the standard in-cluster path.
     container["volumeMounts"] = [api_access_mount(API_ACCESS)]
     pod = restricted(
-        {"containers": [container], "serviceAccountName": name, "volumes": [api_access_volume(API_ACCESS)]}
+        {
+            "containers": [container],
+            "serviceAccountName": name,
+            "volumes": [api_access_volume(API_ACCESS)],
+            **placement(placed, model, role),
+        }
     )
     meta = _meta(body, name)
     meta["labels"].update(role.labels(model))

@@ -39,6 +39,7 @@ from kvant_operator.render.gate_access import gate_identity, with_gate_api_acces
 from kvant_operator.render.limits_configmap import LIMITS_FILE, limits_configmap, limits_name
 from kvant_operator.render.meta import SERVING_COMPONENT, Obj, object_meta
 from kvant_operator.render.network_policy import network_policies
+from kvant_operator.render.pod_placement import placement
 from kvant_operator.render.pod_security import restricted
 from kvant_operator.render.roles import Role, disruption_budget, role_deployment, roles, workload_name
 from kvant_operator.render.router import router_objects, router_role
@@ -120,6 +121,7 @@ def deployment(inputs: ServingInputs, role: Role) -> Obj:
         ],
         # The gate drains for DRAIN_CEILING_SECONDS at most, then the engine stops (kvant_contracts.drain).
         "terminationGracePeriodSeconds": POD_TERMINATION_GRACE_SECONDS,
+        **placement(inputs.spec.serving.placement, model, role),
     }
     if inputs.spec.serving.engine is Engine.SGLANG:
         pod["initContainers"] = init_containers(inputs.settings.runtime_image, pod["containers"][0])

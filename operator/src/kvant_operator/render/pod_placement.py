@@ -1,0 +1,78 @@
+"""A serving role's pod placement: topology spread, anti-affinity and tolerations (spec.serving.placement).
+
+Each role spreads among its own pods only (its Deployment's selector): two engine replicas on two
+nodes, two routers on two nodes, whatever the other roles do. What it renders, and why:
+
+- Spread over nodes (`kubernetes.io/hostname`, maxSkew 1). `preferred` scores placements
+  (ScheduleAnyway): a cluster with fewer free nodes than replicas still runs them all. `required`
+  filters them (DoNotSchedule), and then a replica waits Pending rather than share a node unevenly.
+- Spread over zones (`topology.kubernetes.io/zone`), always ScheduleAnyway: nodes without the label
+  simply do not score, so a cluster without zones loses nothing. Prefill and decode pods do not
+  spread over zones: each KV cache moves from a prefill pod to a decode pod, and within a zone that
+  is cheap; they prefer the zone that already holds the model's engines instead.
+- A preferred anti-affinity on the node, besides the spread: the spread's score is one of several
+  the scheduler weighs (resource balance among them), and the anti-affinity makes "not beside a pod
+  of the same role" count for more.
+- Tolerations of a not-ready and an unreachable node for `lostNodeSeconds` (Kubernetes' default
+  admission gives 300 s), so a lost node's pods are evicted and started elsewhere within about a
+  minute and a half, then the user's own tolerations.
+"""
+
+from __future__ import annotations
+
+from kvant_operator.api.placement import PlacementSpec, Spread
+from kvant_operator.render.meta import MODEL_LABEL, Obj
+from kvant_operator.render.roles import KIND_LABEL, Role, RoleKind
+
+NODE_TOPOLOGY = "kubernetes.io/hostname"
+ZONE_TOPOLOGY = "topology.kubernetes.io/zone"
+LOST_NODE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+ANTI_AFFINITY_WEIGHT = 100
+SAME_ZONE_WEIGHT = 50
+
+
+def placement(spec: PlacementSpec, model: str, role: Role) -> Obj:
+    """The pod spec fields that place one role's pods."""
+    fields: Obj = {"tolerations": tolerations(spec)}
+    if spec.spread is Spread.NONE:
+        return fields
+
+    def own() -> Obj:  # a fresh selector each time: the pod spec shares no objects between its fields
+        return {"matchLabels": role.selector(model)}
+
+    on_nodes = "DoNotSchedule" if spec.spread is Spread.REQUIRED else "ScheduleAnyway"
+    constraints = [_spread(NODE_TOPOLOGY, on_nodes, own())]
+    affinity: Obj = {"podAntiAffinity": _preferred(ANTI_AFFINITY_WEIGHT, NODE_TOPOLOGY, own())}
+    if role.disaggregation is None:
+        constraints.append(_spread(ZONE_TOPOLOGY, "ScheduleAnyway", own()))
+    else:
+        engines = {"matchLabels": {MODEL_LABEL: model, KIND_LABEL: RoleKind.ENGINE.value}}
+        affinity["podAffinity"] = _preferred(SAME_ZONE_WEIGHT, ZONE_TOPOLOGY, engines)
+    return {**fields, "topologySpreadConstraints": constraints, "affinity": affinity}
+
+
+def tolerations(spec: PlacementSpec) -> list[Obj]:
+    lost = [
+        {
+            "key": taint,
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": spec.lost_node_seconds,
+        }
+        for taint in LOST_NODE_TAINTS
+    ]
+    return [*lost, *(t.pod_field() for t in spec.tolerations)]
+
+
+def _spread(topology: str, when_unsatisfiable: str, selector: Obj) -> Obj:
+    return {
+        "maxSkew": 1,
+        "topologyKey": topology,
+        "whenUnsatisfiable": when_unsatisfiable,
+        "labelSelector": selector,
+    }
+
+
+def _preferred(weight: int, topology: str, selector: Obj) -> Obj:
+    term = {"topologyKey": topology, "labelSelector": selector}
+    return {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": weight, "podAffinityTerm": term}]}
