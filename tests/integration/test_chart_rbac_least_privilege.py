@@ -11,12 +11,15 @@ from typing import Any
 import pytest
 import yaml
 
+from kvant_operator.namespace_nudge import PODS_GONE_ANNOTATION
 from kvant_operator.render.gate_access import gate_identity
 from tests.helm_chart import CHART, render
+from tests.kube_wait import wait_for
 
 pytestmark = pytest.mark.cluster
 
 RBAC_KINDS = {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
+POLICY_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 RELEASE_NAMESPACE, WATCHED, EXCLUDED = "kvant-rbac", "rbac-watched", "rbac-excluded"
 OPERATOR_CAN = [  # (verb, resource): every call in kvant_operator/kube.py and kopf's own
     ("list", "quantizedmodels.kvant.dev"),
@@ -86,9 +89,12 @@ class Account:
 
 
 def _install(cluster: Any, release: str, values: dict[str, Any]) -> list[dict[str, Any]]:
-    """Applies the chart's ServiceAccount and RBAC objects only: nothing here may run an operator."""
+    """Applies the chart's ServiceAccount, RBAC and admission policy objects only: nothing here may run
+    an operator."""
     objects = [
-        o for o in render(values, release=release, namespace=RELEASE_NAMESPACE) if o["kind"] in RBAC_KINDS
+        o
+        for o in render(values, release=release, namespace=RELEASE_NAMESPACE)
+        if o["kind"] in RBAC_KINDS | POLICY_KINDS
     ]
     cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(objects))
     return objects
@@ -102,7 +108,7 @@ def cluster_ready(apiserver: Any) -> Iterator[Any]:
         apiserver.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(manifest))
     installed: list[dict[str, Any]] = []
     yield apiserver, installed
-    cluster_scoped = [o for o in installed if o["kind"].startswith("Cluster")]
+    cluster_scoped = [o for o in installed if o["kind"].startswith("Cluster") or o["kind"] in POLICY_KINDS]
     if cluster_scoped:
         apiserver.kubectl("delete", "-f", "-", "--wait=false", input=yaml.safe_dump_all(cluster_scoped))
     for namespace in (RELEASE_NAMESPACE, WATCHED, EXCLUDED):
@@ -206,3 +212,44 @@ def test_deletes_nothing_but_serving_objects(request: pytest.FixtureRequest, acc
         "quantizedmodels.kvant.dev",
     ):
         assert not sa.can("delete", resource, WATCHED), resource
+
+
+@pytest.mark.parametrize("account", ["namespaced", "clusterwide"])
+def test_the_operator_may_mark_a_deleted_namespace_and_change_nothing_else_of_it(
+    request: pytest.FixtureRequest, account: str
+):
+    """namespace_nudge's one write (an annotation) is allowed; the chart's ValidatingAdmissionPolicy
+    refuses every other change the operator's account could make to a Namespace through RBAC's patch,
+    such as relaxing Pod Security's labels."""
+    sa: Account = request.getfixturevalue(account)
+    assert sa.can("get", "namespaces", WATCHED, name=WATCHED)
+    assert sa.can("patch", "namespaces", WATCHED, name=WATCHED)
+    assert not sa.can("delete", "namespaces", WATCHED, name=WATCHED)
+    if account == "namespaced":
+        assert not sa.can("patch", "namespaces", EXCLUDED, name=EXCLUDED)
+
+    def patch(body: dict[str, Any]) -> Any:
+        return sa.cluster.kubectl(
+            "patch",
+            "namespace",
+            WATCHED,
+            f"--as={sa.user}",
+            "--type=merge",
+            "--dry-run=server",
+            "-p",
+            json.dumps(body),
+            check=False,
+        )
+
+    relax = {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "privileged"}}}
+    # The API server loads a new policy within a second or two: wait until it refuses.
+    wait_for(lambda: patch(relax).returncode != 0, 30, "the namespace-writes policy to take effect")
+    assert "may not change a Namespace's labels" in patch(relax).stderr
+    for refused in (
+        {"metadata": {"annotations": {"someone-else": "x"}}},
+        {"metadata": {"finalizers": ["kvant.dev/hold"]}},
+    ):
+        answer = patch(refused)
+        assert answer.returncode != 0 and "Kvant's operator may" in answer.stderr, (refused, answer.stderr)
+    marked = patch({"metadata": {"annotations": {PODS_GONE_ANNOTATION: "2026-12-05T00:00:00Z"}}})
+    assert marked.returncode == 0, marked.stderr

@@ -111,6 +111,13 @@ credentialsSecret by name, and the kubelet, not the operator, reads it.
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [get, list, watch, create, patch, delete]
+# The namespace itself, once it is being deleted: one annotation when its last Kvant pod has gone, so
+# the namespace controller's next pass does not wait out the serving pods' grace period
+# (operator/namespace_nudge.py). The chart's ValidatingAdmissionPolicy (namespace-writes.yaml)
+# refuses any other change the operator would make to a Namespace.
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [get, patch]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]

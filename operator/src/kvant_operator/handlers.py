@@ -30,6 +30,7 @@ from kvant_operator.kube_cache import (
     pod_entry,
     serving_entry,
 )
+from kvant_operator.namespace_nudge import kvant_pods_left, nudge_if_deleting
 from kvant_operator.protection.loop import ProtectionResult, Protector
 from kvant_operator.protection.schedule import ModelProtection
 from kvant_operator.reconcile import Outcome, Reconciler
@@ -72,7 +73,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: An
     settings.watching.label_selectors[PODS.group, PODS.version, PODS.plural] = PODS_SELECTOR
     # kopf hands each index to every handler as a keyword named by its id.
     indexes = {kind: kwargs[kind.index_id] for kind in (*SERVING_KINDS, PODS)}
-    kube = CachedKube(Kube(api_client()), indexes)
+    door = Kube(api_client())
+    memo["door"] = door
+    kube = CachedKube(door, indexes)
     memo["reconciler"] = Reconciler(kube, OperatorSettings.from_env())
     memo["protector"] = Protector(kube)
 
@@ -90,6 +93,16 @@ async def wake_model(body: kopf.Body, **_: Any) -> None:
     model = (body["metadata"].get("labels") or {}).get(MODEL_LABEL)
     if model:
         _wake(_wakeups.get((body["metadata"]["namespace"], model)))
+
+
+# The last Kvant pod of a namespace being deleted brings the namespace controller's next pass forward
+# (namespace_nudge). kopf removes a deleted pod from the index before it runs this.
+@kopf.on.event(PODS.group, PODS.version, PODS.plural)
+async def namespace_emptied(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
+    namespace = body["metadata"]["namespace"]
+    if event.get("type") != "DELETED" or kvant_pods_left(kwargs[PODS.index_id], namespace):
+        return
+    await asyncio.to_thread(nudge_if_deleting, memo["door"], namespace)
 
 
 def _wake(wakeup: asyncio.Event | None) -> None:

@@ -152,6 +152,20 @@ class Kube:
             raise
         return bytes(response.data).decode(errors="replace")
 
+    def namespace_deleting(self, name: str) -> bool:
+        """Whether the namespace `name` is being deleted (False once it is gone)."""
+        try:
+            found = self.core.read_namespace(name)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return found.metadata.deletion_timestamp is not None
+
+    def annotate_namespace(self, name: str, key: str, value: str) -> None:
+        """Sets one annotation on a Namespace (the only write Kvant makes to one: namespace_nudge)."""
+        self.core.patch_namespace(name, {"metadata": {"annotations": {key: value}}})
+
     def patch_status(self, namespace: str, name: str, status: Obj) -> None:
         self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, namespace, PLURAL, name, {"status": status}
