@@ -42,3 +42,23 @@ def test_the_alerts_render_as_a_prometheus_rule_only_with_the_api_and_when_enabl
     assert rule["spec"] == yaml.safe_load(ALERTS.read_text())  # the file promtool tests, unchanged
     off = render({"metrics": {"prometheusRule": {"enabled": False}}}, api_versions=MONITORING)
     assert not of_kind(off, "PrometheusRule")
+
+
+def test_the_runbook_links_follow_the_docs_base_address() -> None:
+    """Each alert's runbook_url moves to the chart's docsBaseURL, its page and anchor kept; nothing else
+    in the rules changes."""
+    shipped = yaml.safe_load(ALERTS.read_text())
+    values = {"metrics": {"prometheusRule": {"docsBaseURL": "https://docs.example.test/kvant/"}}}
+    moved = one(render(values, api_versions=MONITORING), "PrometheusRule")["spec"]
+    before = [r for g in shipped["groups"] for r in g["rules"]]
+    after = [r for g in moved["groups"] for r in g["rules"]]
+    assert len(after) == len(before) > 0
+    for old, new in zip(before, after, strict=True):
+        url, _, anchor = old["annotations"]["runbook_url"].partition("#")
+        assert url.endswith("/operations/runbook/") and anchor, old["alert"]
+        assert (
+            new["annotations"]["runbook_url"]
+            == f"https://docs.example.test/kvant/operations/runbook/#{anchor}"
+        )
+        new["annotations"]["runbook_url"] = old["annotations"]["runbook_url"]
+        assert new == old
