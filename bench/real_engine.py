@@ -49,10 +49,12 @@ def real_engine(
     cpus: set[int] | None = None,
     *,
     scheduler: dict[str, float] | None = None,
+    engine_args: tuple[str, ...] = (),
 ) -> Iterator[str]:
     """Serves `model` (a BF16 checkpoint folder) with `--max-total-tokens kv_tokens`; yields its URL.
     `cpus`: the only CPUs the engine may run on (None: any); `scheduler`: SGLang's admission knobs
-    (kvant_contracts.engine_scheduler), which the launcher applies as a serving pod's would."""
+    (kvant_contracts.engine_scheduler), which the launcher applies as a serving pod's would;
+    `engine_args`: further SGLang flags, as `spec.serving.engineArgs` passes them."""
     port = free_port()
     spec = LaunchSpec(
         modelPath=str(model),
@@ -65,6 +67,7 @@ def real_engine(
         host="127.0.0.1",
         port=port,
         scheduler=scheduler or {},
+        engineArgs=engine_args,
     )
     launcher = build_launcher(workdir / "kvant-launch.pyz")
     log = (workdir / f"engine-{port}.log").open("wb")

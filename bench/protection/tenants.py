@@ -47,6 +47,7 @@ import contextlib
 import json
 import math
 import random
+import shlex
 import signal
 import statistics
 import subprocess
@@ -334,6 +335,12 @@ def main() -> None:
     parser.add_argument("--interactive", type=float, default=0.3, help="interactive's load (x its 1x)")
     parser.add_argument("--batch", type=float, default=4.0, help="batch's load (x its 1x)")
     parser.add_argument("--standard", type=float, default=0.3, help="std-a's and std-b's (phase 1) load")
+    parser.add_argument(
+        "--engine-args",
+        default="",
+        help="more SGLang flags for --engine real, as spec.serving.engineArgs passes them (e.g. "
+        "'--enable-priority-scheduling --default-priority-value=1')",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     plan = Plan(args.warmup, args.phase, args.drain)
@@ -344,7 +351,7 @@ def main() -> None:
     else:
         # SIGTERM (a timeout) unwinds, so the real engine's process group is stopped.
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-        report = on_real_engine(workdir, args.kv_tokens, plan, loads)
+        report = on_real_engine(workdir, args.kv_tokens, plan, loads, tuple(shlex.split(args.engine_args)))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
 
@@ -419,7 +426,9 @@ REAL_LIMITS: dict[str, object] = {**LIMITS, "maxQueued": 64, "queueTimeoutSecond
 FLOOD_RATE = 20.0  # requests per second of each answer limit in the calibration flood: far past 1x
 
 
-def on_real_engine(workdir: Path, kv_tokens: int, plan: Plan, loads: Loads) -> dict[str, Any]:
+def on_real_engine(
+    workdir: Path, kv_tokens: int, plan: Plan, loads: Loads, engine_args: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """The same three runs on the real SGLang (CPU). There is no cost model to set 1x by, so it is
     measured: a flood through the forecast gate (both answer limits at once, far past what the engine
     serves) gives the output tokens per second the engine sustains and the time per output token at
@@ -427,7 +436,9 @@ def on_real_engine(workdir: Path, kv_tokens: int, plan: Plan, loads: Loads) -> d
     bound by decode compute, not by its cache). The no-queue TTFT is the median of a calm run."""
     model = ensure_tiny_chat_model()
     engine_cpus = split_cpus()
-    with real_engine(model, kv_tokens, workdir, MAX_RUNNING, cpus=engine_cpus) as url:
+    with real_engine(
+        model, kv_tokens, workdir, MAX_RUNNING, cpus=engine_cpus, engine_args=engine_args
+    ) as url:
 
         @contextlib.contextmanager
         def flushed() -> Iterator[str]:
@@ -482,6 +493,7 @@ def on_real_engine(workdir: Path, kv_tokens: int, plan: Plan, loads: Loads) -> d
     return {
         "engine": "real",
         "kv_tokens": kv_tokens,
+        "engine_args": list(engine_args),
         "throughput": throughput,
         "mean_output": mean_output,
         **found,
