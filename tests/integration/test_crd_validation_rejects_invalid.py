@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from kvant_operator.api import QuantizedModelSpec
+from kvant_operator.api import placement as placement_models
 from kvant_operator.api import spec as spec_models
 from kvant_operator.api.rules import ApiModel
 from tests.integration.qm_crd import GROUP, PLURAL, VERSION, install_crd, manifest
@@ -24,7 +25,11 @@ from tests.integration.qm_crd import GROUP, PLURAL, VERSION, install_crd, manife
 pytestmark = pytest.mark.cluster
 
 NAMESPACE = "qm-validation"
-MODELS = [m for m in vars(spec_models).values() if isinstance(m, type) and issubclass(m, ApiModel)]
+MODELS = [
+    m
+    for m in {**vars(spec_models), **vars(placement_models)}.values()
+    if isinstance(m, type) and issubclass(m, ApiModel)
+]
 RULE_MESSAGES = [r.message for m in MODELS for r in m.rules] + [
     r.message for m in MODELS for r in m.transition_rules
 ]
@@ -193,6 +198,24 @@ CREATE_CASES = [
         True,
     ),
     (
+        "toleration-value-with-exists",
+        {"serving": {"placement": {"tolerations": [{"key": "a", "operator": "Exists", "value": "x"}]}}},
+        "spec.serving.placement.tolerations[].value",
+        True,
+    ),
+    (
+        "toleration-seconds-without-noexecute",
+        {"serving": {"placement": {"tolerations": [{"key": "a", "tolerationSeconds": 5}]}}},
+        "spec.serving.placement.tolerations[].tolerationSeconds",
+        True,
+    ),
+    (
+        "lost-node-seconds-negative",
+        {"serving": {"placement": {"lostNodeSeconds": -1}}},
+        "spec.serving.placement.lostNodeSeconds",
+        False,
+    ),
+    (
         "scheduler-knob-out-of-bounds",
         {"serving": {"scheduler": {"minNewTokenRatioFactor": 1.5}}},
         "spec.serving.scheduler.minNewTokenRatioFactor",
@@ -304,6 +327,17 @@ def model_rejection(spec: dict[str, Any]) -> str:
 
 def test_the_valid_spec_is_accepted(custom: client.CustomObjectsApi):
     body = manifest("valid", valid_spec())
+    custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, body, field_validation="Strict")
+
+
+def test_a_valid_placement_is_accepted(custom: client.CustomObjectsApi):
+    tolerations = [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "pool", "value": "h200", "effect": "NoExecute", "tolerationSeconds": 60},
+        {"operator": "Exists"},
+    ]
+    placement = {"spread": "required", "lostNodeSeconds": 90, "tolerations": tolerations}
+    body = manifest("placed", changed({"serving": {"placement": placement}}))
     custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, body, field_validation="Strict")
 
 
