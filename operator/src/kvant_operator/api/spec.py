@@ -426,6 +426,31 @@ def _priority_abort_needs_scheduling(path: str) -> Rule:
     )
 
 
+def _priority_needs_its_policy() -> Rule:
+    """SGLang 0.5.23 asserts --schedule-policy fcfs or lof with priority scheduling; asked for both, the
+    engine would not start. (Unset, the operator leaves priority scheduling out instead.)"""
+    lists = " + ".join(
+        f"(has({path}.engineArgs) ? {path}.engineArgs : [])"
+        for path in ("self", "self.disaggregation.prefill", "self.disaggregation.decode")
+    )
+    allowed = ("--schedule-policy=fcfs", "--schedule-policy=lof")
+
+    def holds(s: ServingSpec) -> bool:
+        args = [*s.engine_args, *s.disaggregation.prefill.engine_args, *s.disaggregation.decode.engine_args]
+        return s.priority_scheduling is not True or all(
+            not a.startswith("--schedule-policy") or a in allowed for a in args
+        )
+
+    return Rule(
+        cel=f"!has(self.priorityScheduling) || !self.priorityScheduling || ({lists}).all(a, "
+        f"!a.startsWith('--schedule-policy') || a in {list(allowed)})",
+        message="spec.serving.priorityScheduling: true needs SGLang's --schedule-policy fcfs (its default) "
+        "or lof; engineArgs may set it only as --schedule-policy=fcfs or --schedule-policy=lof",
+        field_path=".priorityScheduling",
+        holds=holds,
+    )
+
+
 def _conservativeness_once() -> Rule:
     """--schedule-conservativeness in engineArgs was the only way to set it before
     spec.serving.scheduler, so it stays accepted there (existing models keep validating); setting
@@ -646,6 +671,7 @@ class ServingSpec(ApiModel):
         _no_owned_flags("spec.serving"),
         _priority_abort_needs_scheduling("spec.serving"),
         _conservativeness_once(),
+        _priority_needs_its_policy(),
     )
 
     engine: Engine = Engine.SGLANG
@@ -679,6 +705,13 @@ class ServingSpec(ApiModel):
         "disaggregated). Launch settings: an edit restarts the engines, replica by replica.",
     )
     engine_args: list[EngineArg] = _engine_args_field()
+    priority_scheduling: bool | None = Field(
+        default=None,
+        description="SGLang orders its own waiting queue by each request's class "
+        "(--enable-priority-scheduling; running requests are never preempted for it). Unset: on, unless "
+        "engineArgs choose a --schedule-policy other than fcfs or lof, which SGLang cannot order by "
+        "priority. A launch setting: changing it restarts the engines, replica by replica.",
+    )
     router: RouterSpec = Field(
         default_factory=RouterSpec,
         description="The SGLang Model Gateway (smg) in front of the engines' gates.",

@@ -35,6 +35,7 @@ from kvant_operator.render.access_secrets import with_access
 from kvant_operator.render.autoscaler import HPA, autoscaler
 from kvant_operator.render.engine_launcher import IMAGE_PYTHON, engine_command, init_containers
 from kvant_operator.render.engine_launcher import VOLUME as LAUNCHER_VOLUME
+from kvant_operator.render.engine_priority import priority_flags
 from kvant_operator.render.gate_access import gate_identity, with_gate_api_access
 from kvant_operator.render.limits_configmap import LIMITS_FILE, limits_configmap, limits_name
 from kvant_operator.render.meta import SERVING_COMPONENT, Obj, object_meta
@@ -245,7 +246,7 @@ def _launch_spec(inputs: ServingInputs, role: Role) -> LaunchSpec:
         device=spec.serving.device.value,
         host=ENGINE_HOST,
         port=ENGINE_PORT,
-        engineArgs=tuple(role.engine_args),
+        engineArgs=(*priority_flags(spec.serving.priority_scheduling, role.engine_args), *role.engine_args),
         scheduler=spec.serving.scheduler.values(),
     )
 
