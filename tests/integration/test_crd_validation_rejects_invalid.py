@@ -216,6 +216,17 @@ CREATE_CASES = [
         False,
     ),
     (
+        "priority-with-a-policy-sglang-refuses",
+        {
+            "serving": {
+                "priorityScheduling": True,
+                "disaggregation": {**PD, "decode": {"engineArgs": ["--schedule-policy=lpm"]}},
+            }
+        },
+        "spec.serving.priorityScheduling",
+        True,
+    ),
+    (
         "scheduler-knob-out-of-bounds",
         {"serving": {"scheduler": {"minNewTokenRatioFactor": 1.5}}},
         "spec.serving.scheduler.minNewTokenRatioFactor",
