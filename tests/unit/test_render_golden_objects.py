@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kvant_operator.api.status import SourceStatus
 from kvant_operator.artifact_recipe import artifact_key, artifact_location
 from kvant_operator.render import jobs
 from kvant_operator.render.gate_access import gate_identity
@@ -18,21 +19,32 @@ from kvant_operator.render.limits_configmap import limits_configmap
 from kvant_operator.render.roles import disruption_budget, roles
 from kvant_operator.render.serving import ServingInputs, deployment, service
 from kvant_operator.settings import OperatorSettings
+from kvant_operator.sources import is_fetched
 from tests.unit.render_inputs import body, plan, spec_of
 
 GOLDEN = Path(__file__).parent / "golden"
 
 
+# What a fetch of a fetched source (tiny-from-s3.yaml) resolved to, fixed for the renderings.
+FETCHED = SourceStatus(
+    uri="s3://models/tiny-llama",
+    revision="listing-0123",
+    location="pvc://kvant-artifacts/sources/0123",
+    digest="sha256:0123",
+)
+
+
 def _render(example: str) -> list[dict]:
     manifest, settings = body(example), OperatorSettings()
     spec = spec_of(manifest)
-    key = artifact_key(spec)
+    fetched = FETCHED if is_fetched(spec.source.uri) else None
+    key = artifact_key(spec, fetched)
     inputs = ServingInputs(
         manifest, spec, plan(), artifact_location(spec, settings, key), "sha256:abc", settings
     )
     objects = [
-        jobs.plan_job(manifest, spec, settings),
-        jobs.artifact_job([manifest], spec, settings, key, attempt=1, plan=plan()),
+        jobs.plan_job(manifest, spec, settings, fetched),
+        jobs.artifact_job([manifest], spec, settings, key, attempt=1, plan=plan(), fetched=fetched),
         limits_configmap(manifest, spec, None),
         *gate_identity(manifest),
     ]

@@ -21,6 +21,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kvant_operator.render.router import router_objects
+from kvant_operator.settings import OperatorSettings
+from tests.unit.render_inputs import body, spec_of
 from tests.unit.test_render_golden_objects import _render
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,6 +32,7 @@ UNRELEASED = "unreleased"
 CHANGELOG = ROOT / "CHANGELOG.md"
 EXAMPLES = (
     "tiny.yaml",
+    "tiny-from-s3.yaml",
     "tinychat-cpu.yaml",
     "kimi-k2-int4-experts-fp8kv-8xh200.yaml",
     "llama-70b-prefill-decode-fp8kv.yaml",
@@ -37,10 +41,16 @@ ANNOUNCEMENT = re.compile(r"upgrading restarts engines because", re.IGNORECASE)
 
 
 def pod_templates(example: str) -> str:
-    """The serving Deployments' pod templates of one example, as the golden files hold them."""
-    templates = {
-        o["metadata"]["name"]: o["spec"]["template"] for o in _render(example) if o["kind"] == "Deployment"
-    }
+    """The serving Deployments' pod templates of one example (engines and, where it has them, its
+    routers), as the golden files hold them."""
+    engines = [o for o in _render(example) if o["kind"] == "Deployment"]
+    manifest = body(example)
+    routers = [
+        o
+        for o in router_objects(manifest, spec_of(manifest), OperatorSettings())
+        if o["kind"] == "Deployment"
+    ]
+    templates = {o["metadata"]["name"]: o["spec"]["template"] for o in [*engines, *routers]}
     return yaml.safe_dump(templates, sort_keys=True)
 
 
