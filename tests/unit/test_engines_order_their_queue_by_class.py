@@ -6,16 +6,22 @@ priority, and asking for both is refused at admission, naming the field."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
+from kvant_contracts.launch_spec import LaunchSpec, parse_spec_json
 from kvant_contracts.tenancy import ENGINE_PRIORITY
 from kvant_operator.artifact_recipe import source_location
 from kvant_operator.render.engine_priority import ENABLE, priority_flags, schedule_policy
-from kvant_operator.render.serving import ServingInputs, serving_objects
+from kvant_operator.render.roles import roles
+from kvant_operator.render.serving import ServingInputs, deployment, serving_objects
 from kvant_operator.settings import OperatorSettings
+from kvant_runtime.launch.argv import checkpoint_quant_method, kvant_argv
+from kvant_runtime.launch.validate import validate_argv
+from tests.unit.launch_fixtures import checkpoint
 from tests.unit.render_inputs import body, plan, spec_of
 
 STANDARD_DEFAULT = f"--default-priority-value={ENGINE_PRIORITY['standard']}"
@@ -79,3 +85,20 @@ def test_asking_for_priority_and_a_policy_sglang_refuses_with_it_is_refused(serv
     assert "spec.serving.priorityScheduling" in str(refused.value)
     model["spec"]["serving"]["engineArgs"] = ["--schedule-policy=lof"]
     spec_of(model)  # the policies SGLang accepts with it pass
+
+
+def test_sglangs_own_parser_reads_the_rendered_flags(tmp_path: Path) -> None:
+    """Both roles of the prefill/decode example, through the launcher's argv and SGLang's parser."""
+    model = body("llama-70b-prefill-decode-fp8kv.yaml")
+    spec = spec_of(model)
+    inputs = ServingInputs(model, spec, plan(), source_location(spec), "sha256:abc", OperatorSettings())
+    folder = checkpoint(tmp_path, "gqa", "bf16")
+    for role in roles(spec):
+        engine = deployment(inputs, role)["spec"]["template"]["spec"]["containers"][0]
+        launch = parse_spec_json(engine["args"][2])
+        local = LaunchSpec(**{**launch.__dict__, "modelPath": str(folder), "weightsFormat": "bf16"})
+        argv = kvant_argv(local, checkpoint_quant_method(folder)) + list(local.engineArgs)
+        server = validate_argv(argv, list(local.engineArgs))
+        assert server.enable_priority_scheduling, role.name
+        assert server.default_priority_value == ENGINE_PRIORITY["standard"], role.name
+        assert server.schedule_policy in ("fcfs", "lof"), role.name

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from kvant_contracts.launch_spec import parse_spec_json
+from kvant_operator.render.engine_priority import priority_flags
 from kvant_operator.render.roles import roles
 from kvant_operator.render.serving import ServingInputs, deployment
 from kvant_operator.settings import OperatorSettings
@@ -35,7 +36,9 @@ def test_each_role_renders_a_launch_spec_the_launcher_parses(example: str) -> No
         assert launch.kvCacheDtype == role.kv_cache_dtype.value
         assert launch.maxTotalTokens == plan().kv_tokens_per_replica
         assert launch.disaggregationRole == (None if role.name == "serve" else role.name)
-        assert json.loads(engine["args"][2])["engineArgs"] == role.engine_args
+        # Kvant's own flags (priority scheduling, render/engine_priority.py), then the model's, unchanged.
+        own = priority_flags(spec.serving.priority_scheduling, role.engine_args)
+        assert json.loads(engine["args"][2])["engineArgs"] == [*own, *role.engine_args]
         assert spec.serving.gpu is not None
         gpus = engine["resources"]["limits"][spec.serving.gpu.resource]
         assert gpus == str(spec.serving.gpu.count)
