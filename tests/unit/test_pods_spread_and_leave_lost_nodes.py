@@ -1,8 +1,9 @@
-"""Serving pods spread over nodes and zones and leave a lost node in seconds (issue #40 item 2).
+"""Serving pods spread over nodes and zones, and leave a lost node when the CR says (issue #40 item 2).
 
 Rendered for every serving role (engines, routers, prefill and decode): a topology spread and a soft
-anti-affinity within the role, tolerations of a lost node shorter than Kubernetes' 300 s, and a
-PodDisruptionBudget over the same pods; the router is Ready on smg's /readiness, never /health.
+anti-affinity within the role, tolerations of a lost node when `lostNodeSeconds` is set (Kubernetes'
+300 s otherwise), and a PodDisruptionBudget over the same pods; the router is Ready on smg's
+/readiness, never /health.
 """
 
 from __future__ import annotations
@@ -12,15 +13,12 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from kvant_operator.api.placement import DEFAULT_LOST_NODE_SECONDS
 from kvant_operator.artifact_recipe import source_location
 from kvant_operator.render.pod_placement import NODE_TOPOLOGY, ZONE_TOPOLOGY
 from kvant_operator.render.router import ROUTER, ROUTER_READINESS_PATH
 from kvant_operator.render.serving import ServingInputs, serving_objects
 from kvant_operator.settings import OperatorSettings
 from tests.unit.render_inputs import body, plan, spec_of
-
-KUBERNETES_DEFAULT_TOLERATION_SECONDS = 300
 
 
 def _objects(example: str, **serving: Any) -> list[dict[str, Any]]:
@@ -84,11 +82,8 @@ def test_every_role_spreads_within_itself_and_has_a_disruption_budget(
         # zone of the model's engines instead. Everything else spreads over zones too.
         assert (ZONE_TOPOLOGY in spread) is not disaggregated, name
         assert ("podAffinity" in pod["affinity"]) is disaggregated, name
-        assert _lost_node_seconds(pod) == {
-            "node.kubernetes.io/not-ready": DEFAULT_LOST_NODE_SECONDS,
-            "node.kubernetes.io/unreachable": DEFAULT_LOST_NODE_SECONDS,
-        }, name
-        assert DEFAULT_LOST_NODE_SECONDS < KUBERNETES_DEFAULT_TOLERATION_SECONDS
+        # Unset: Kubernetes' own 300 s (its admission adds them), not a shorter one of Kvant's.
+        assert _lost_node_seconds(pod) == {}, name
         assert budgets[name]["spec"]["selector"] == own, name
         assert budgets[name]["spec"]["maxUnavailable"] == 1, name
 
@@ -120,7 +115,7 @@ def test_spread_and_tolerations_follow_the_cr() -> None:
     ).items():
         pod = _pod(deployment)
         assert "topologySpreadConstraints" not in pod and "affinity" not in pod, name
-        assert set(_lost_node_seconds(pod).values()) == {DEFAULT_LOST_NODE_SECONDS}, name
+        assert _lost_node_seconds(pod) == {}, name
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,8 @@
 
 A model that serves from two replicas on one node loses both with that node; so by default each
 serving role (the engines of `serve`, `prefill` and `decode`, and the routers) prefers to put its pods
-on different nodes and zones, and a pod on a lost node moves after `lostNodeSeconds`, not after
-Kubernetes' 300 s. `render/pod_placement.py` turns this into pod fields; docs/concepts/placement.md says
+on different nodes and zones; `lostNodeSeconds` can move a lost node's pods sooner than Kubernetes'
+300 s. `render/pod_placement.py` turns this into pod fields; docs/concepts/placement.md says
 why each default is what it is.
 """
 
@@ -24,9 +24,11 @@ LabelKey = Annotated[str, Field(max_length=316, pattern=LABEL_KEY)]
 LabelValue = Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]
 MAX_TOLERATIONS = 32
 # Kubernetes marks a silent node NotReady after its node-monitor grace period (40-50 s) and then
-# evicts its pods after their toleration of that taint: 300 s unless the pod says otherwise. 30 s
-# moves a lost node's replicas within about 80 s, and still rides out a node agent's restart.
-DEFAULT_LOST_NODE_SECONDS = 30
+# evicts its pods after their toleration of that taint: 300 s unless the pod says otherwise. Kvant
+# renders no shorter toleration by default: with 30 s, an e2e on this 2-core machine lost its serving
+# engines when the node agent, starved by two CPU engines under a flood, missed its heartbeats for a
+# while (the node came back; the evicted engines had to load again). A GPU engine's reload costs
+# minutes, so a shorter toleration is a choice to make per cluster (docs/concepts/placement.md).
 
 
 class Spread(StrEnum):
@@ -102,13 +104,14 @@ class PlacementSpec(ApiModel):
         "(topology.kubernetes.io/zone, where nodes carry it). Prefill and decode pods each spread among "
         "their own role and prefer the zone of the model's other engines, for the KV transfer.",
     )
-    lost_node_seconds: int = Field(
-        default=DEFAULT_LOST_NODE_SECONDS,
+    lost_node_seconds: int | None = Field(
+        default=None,
         ge=0,
         le=3600,
         description="How long a pod stays on a node that is not ready or unreachable before it is "
-        "evicted and started elsewhere (its toleration of those taints; Kubernetes' default is 300 s). "
-        "The node is marked so after its own grace period (40-50 s) first.",
+        "evicted and started elsewhere (its toleration of those taints). The node is marked so after its "
+        "own grace period (40-50 s) first. Unset: Kubernetes' default, 300 s. A short one also evicts "
+        "engines from a node whose agent only missed heartbeats for a while, and they load again.",
     )
     tolerations: list[Toleration] = Field(
         default_factory=list,

@@ -13,9 +13,8 @@ nodes, two routers on two nodes, whatever the other roles do. What it renders, a
 - A preferred anti-affinity on the node, besides the spread: the spread's score is one of several
   the scheduler weighs (resource balance among them), and the anti-affinity makes "not beside a pod
   of the same role" count for more.
-- Tolerations of a not-ready and an unreachable node for `lostNodeSeconds` (Kubernetes' default
-  admission gives 300 s), so a lost node's pods are evicted and started elsewhere within about a
-  minute and a half, then the user's own tolerations.
+- Tolerations of a not-ready and an unreachable node for `lostNodeSeconds` when it is set (else
+  Kubernetes' admission gives 300 s), then the user's own tolerations.
 """
 
 from __future__ import annotations
@@ -33,7 +32,8 @@ SAME_ZONE_WEIGHT = 50
 
 def placement(spec: PlacementSpec, model: str, role: Role) -> Obj:
     """The pod spec fields that place one role's pods."""
-    fields: Obj = {"tolerations": tolerations(spec)}
+    tolerated = tolerations(spec)
+    fields: Obj = {"tolerations": tolerated} if tolerated else {}
     if spec.spread is Spread.NONE:
         return fields
 
@@ -52,6 +52,8 @@ def placement(spec: PlacementSpec, model: str, role: Role) -> Obj:
 
 
 def tolerations(spec: PlacementSpec) -> list[Obj]:
+    if spec.lost_node_seconds is None:
+        return [t.pod_field() for t in spec.tolerations]
     lost = [
         {
             "key": taint,
