@@ -53,10 +53,10 @@ def _lost_node_seconds(pod: dict[str, Any]) -> dict[str, int]:
 @pytest.mark.parametrize(
     ("example", "serving", "expected"),
     [
-        ("tiny.yaml", {"replicas": 3}, {"tiny", "tiny-router"}),
+        ("tiny.yaml", {"replicas": 3, "placement": {"spread": "preferred"}}, {"tiny", "tiny-router"}),
         (
             "llama-70b-prefill-decode-fp8kv.yaml",
-            {},
+            {"placement": {"spread": "preferred"}},
             {"llama-70b-pd-prefill", "llama-70b-pd-decode", "llama-70b-pd-router"},
         ),
     ],
@@ -96,6 +96,15 @@ def test_the_router_is_ready_on_readiness_not_health() -> None:
     path = container["readinessProbe"]["httpGet"]["path"]
     assert path == ROUTER_READINESS_PATH
     assert path != "/health", "smg's /health answers 200 with no engine behind it"
+
+
+def test_nothing_is_rendered_by_default() -> None:
+    """Spreading is not the default yet (docs/concepts/placement.md, "Why spreading is not the
+    default yet"), and lost-node tolerations are Kubernetes' unless set."""
+    for name, deployment in _deployments(_objects("tiny.yaml", replicas=3)).items():
+        pod = _pod(deployment)
+        assert "topologySpreadConstraints" not in pod and "affinity" not in pod, name
+        assert "tolerations" not in pod, name
 
 
 def test_spread_and_tolerations_follow_the_cr() -> None:

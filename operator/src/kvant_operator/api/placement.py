@@ -98,8 +98,11 @@ class PlacementSpec(ApiModel):
     """Where the model's engine and router pods run, and how they spread. An edit changes the pods'
     template: the pods roll, one at a time behind their PodDisruptionBudget."""
 
+    # Not preferred by default yet: with it rendered, the real-engine e2e through the router failed its
+    # critical-tenant check in two full local runs on a 2-core machine (not understood; see
+    # docs/concepts/placement.md), so the default renders nothing until that is explained.
     spread: Spread = Field(
-        default=Spread.PREFERRED,
+        default=Spread.NONE,
         description="How each role's pods spread over nodes (kubernetes.io/hostname) and zones "
         "(topology.kubernetes.io/zone, where nodes carry it). Prefill and decode pods each spread among "
         "their own role and prefer the zone of the model's other engines, for the KV transfer.",
