@@ -1,10 +1,11 @@
 """`spec.serving.placement`: where a model's pods may run and how they spread over nodes and zones.
 
-A model that serves from two replicas on one node loses both with that node; so by default each
-serving role (the engines of `serve`, `prefill` and `decode`, and the routers) prefers to put its pods
-on different nodes and zones; `lostNodeSeconds` can move a lost node's pods sooner than Kubernetes'
-300 s. `render/pod_placement.py` turns this into pod fields; docs/concepts/placement.md says
-why each default is what it is.
+A model that serves from two replicas on one node loses both with that node; so with `spread:
+preferred` each serving role (the engines of `serve`, `prefill` and `decode`, and the routers) prefers
+to put its pods on different nodes and zones (not yet the default: see `spread` below);
+`lostNodeSeconds` can move a lost node's pods sooner than Kubernetes' 300 s.
+`render/pod_placement.py` turns this into pod fields; docs/concepts/placement.md says why each
+default is what it is.
 """
 
 from __future__ import annotations
