@@ -1,22 +1,28 @@
 """Told to stop (SIGTERM), the gate drains: readiness answers 503 so the Service and the router drop the
-pod, while what it holds and what still reaches it are served as before; it exits once idle and quiet,
-or at its deadline. The engine's preStop hook waits for exactly that (kvant_contracts.drain)."""
+pod, while what it holds and what still reaches it are served as before, however long; it exits once
+idle and quiet, or at its ceiling. The engine's preStop hook waits for exactly that
+(kvant_contracts.drain)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import math
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from kvant_contracts.drain import GATE_DRAIN_PATH, drain_wait_script
+from kvant_contracts.drain import DRAIN_QUIET_SECONDS, GATE_DRAIN_PATH, drain_wait_script
 from kvant_contracts.serving_pod import GATE_READINESS_PATH
 from kvant_runtime.gate.gate_server import METRICS_PATH, GateConfig, run_gate
+from kvant_runtime.sim.cost import CostModel
+from kvant_runtime.sim.engine import Engine, EngineConfig
+from kvant_runtime.sim.sim_server import ServerInfo, SimServer
 from tests.unit.gate_harness import (
     WAIT_SECONDS,
     HeldEngine,
@@ -25,6 +31,7 @@ from tests.unit.gate_harness import (
     gate_in_front_of,
     held_engine,
     run,
+    serving,
     until,
 )
 
@@ -34,16 +41,20 @@ QUIET = 0.2  # the quiet period, short here: every step below waits on an event,
 
 @contextlib.asynccontextmanager
 async def gate_task(
-    engine: HeldEngine, tmp_path: Path, quiet: float = QUIET
+    engine: HeldEngine | str,
+    tmp_path: Path,
+    quiet: float = QUIET,
+    limits_doc: dict[str, object] | None = None,
 ) -> AsyncIterator[tuple[str, asyncio.Event, asyncio.Task[None]]]:
-    """`run_gate` as `kvant gate` runs it; yields its URL, the stop event (SIGTERM) and its task."""
+    """`run_gate` as `kvant gate` runs it, before `engine` (or an engine's URL); yields its URL, the stop
+    event (SIGTERM) and its task."""
     limits = KubeletLimitsDir(tmp_path)
-    limits.write({"maxConcurrency": 4})
+    limits.write(limits_doc or {"maxConcurrency": 4})
     url = closed_port_url()
     port = int(url.rsplit(":", 1)[1])
     config = GateConfig(
         listen=("127.0.0.1", port),
-        upstream=engine.url,
+        upstream=engine if isinstance(engine, str) else engine.url,
         limits_path=limits.path,
         interval=0.05,
         drain_seconds=4 * WAIT_SECONDS,
@@ -130,6 +141,48 @@ def test_a_draining_gate_turns_unready_serves_everything_then_exits(tmp_path, ca
 
 async def _status_is(session: aiohttp.ClientSession, url: str, status: int) -> bool:
     return await _status(session, url) == status
+
+
+# Before issue #40 the drain ended at an estimate from the limits, and cut any answer still running:
+# the quiet period, then queueTimeoutSeconds, then defaultMaxTokens at an assumed 20 tokens/s, under
+# a 300 s ceiling (at 20 tokens/s, 6,000 tokens at most). This test's answer is longer than both allow.
+LIMITS_BEFORE_40 = {"maxConcurrency": 4, "queueTimeoutSeconds": 1, "defaultMaxTokens": 20}
+DEADLINE_BEFORE_40 = math.ceil(DRAIN_QUIET_SECONDS + 1 + 20 / 20.0)  # 7 s
+LONG_ANSWER = 6500  # > 300 s x 20 tokens/s
+
+
+def test_an_answer_longer_than_any_estimate_survives_the_drain(tmp_path, caplog):
+    """On the simulator's clock, slowed so the answer decodes for longer after the drain starts than the
+    old deadline for these limits (7 s): it completes whole, then the idle gate exits of itself."""
+    caplog.set_level(logging.INFO, logger="kvant.gate")
+    cost = CostModel(decode_base_s=0.0015, decode_per_request_s=0.0, prefill_per_token_s=0.0)
+    engine = Engine(EngineConfig(kv_tokens=20_000, max_running_requests=4, context_length=8192, cost=cost))
+    body = {"text": "hello", "sampling_params": {"max_new_tokens": LONG_ANSWER}}
+
+    async def scenario() -> None:
+        async with (
+            serving(SimServer(engine, ServerInfo("tiny")).app()) as sim,
+            gate_task(sim, tmp_path, limits_doc=LIMITS_BEFORE_40) as (url, stop, task),
+            aiohttp.ClientSession() as client,
+        ):
+            answer = asyncio.create_task(client.post(url + "/generate", json=body))
+            await until(lambda: _in_flight(client, url), "the answer to start")
+            stop.set()  # SIGTERM
+            told = time.monotonic()
+            async with await answer as resp:
+                assert resp.status == 200
+                tokens = (await resp.json())["meta_info"]["completion_tokens"]
+            decoded_while_draining = time.monotonic() - told
+            assert tokens == LONG_ANSWER
+            assert decoded_while_draining > DEADLINE_BEFORE_40, decoded_while_draining
+            await asyncio.wait_for(task, WAIT_SECONDS)  # then idle and quiet: it leaves at once
+
+    run(scenario())
+    assert "event=gate_drained outcome=idle" in caplog.text
+
+
+async def _in_flight(session: aiohttp.ClientSession, url: str) -> bool:
+    return (await _drain_state(session, url))["inFlight"] == 1
 
 
 def test_an_idle_gate_still_serves_what_arrives_while_it_drains(tmp_path):

@@ -1,6 +1,6 @@
 """The serving pod is rendered to drain: the gate is told its drain ceiling, the engine waits in its
 preStop hook until the gate has gone, and the grace period covers both; none of it follows the limits,
-which must never roll the pods. The deadline under the ceiling is the limits' own (kvant_contracts.drain)."""
+which must never roll the pods (kvant_contracts.drain)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,10 @@ import pytest
 
 from kvant_contracts.drain import (
     DRAIN_CEILING_SECONDS,
-    DRAIN_QUIET_SECONDS,
     GATE_CLOSE_SECONDS,
     POD_TERMINATION_GRACE_SECONDS,
-    drain_seconds,
     drain_wait_script,
 )
-from kvant_contracts.limits import Limits, parse_limits
 from kvant_contracts.serving_pod import GATE_PORT, GATE_READINESS_PATH
 from kvant_operator.render.roles import roles
 from kvant_operator.render.serving import ServingInputs, deployment
@@ -63,16 +60,6 @@ def test_the_engine_waits_for_the_gate_which_drains_within_the_grace_period(exam
 def test_limits_that_lengthen_the_drain_render_the_same_pod() -> None:
     longer = _pod(limits={"queueTimeoutSeconds": 120, "defaultMaxTokens": 8192})
     assert longer == _pod()
-
-
-def test_the_drain_deadline_follows_the_limits() -> None:
-    defaults = Limits()
-    assert drain_seconds(defaults) == 138  # 5 s quiet + 30 s queue + 2048 tokens at 20 tokens/s
-    assert drain_seconds(defaults) <= DRAIN_CEILING_SECONDS
-    shorter = parse_limits({"queueTimeoutSeconds": 2, "defaultMaxTokens": 40})
-    assert drain_seconds(shorter) == DRAIN_QUIET_SECONDS + 2 + 2
-    longer = parse_limits({"queueTimeoutSeconds": 120, "defaultMaxTokens": 8192})
-    assert drain_seconds(longer) > drain_seconds(defaults)
 
 
 def _gate_parser() -> argparse.ArgumentParser:

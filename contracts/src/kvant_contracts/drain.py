@@ -2,35 +2,38 @@
 
 On SIGTERM the gate turns not-ready (its readiness path answers 503), keeps admitting and serving
 whatever still reaches it, and exits once it holds nothing and nothing has arrived for
-DRAIN_QUIET_SECONDS, or at its drain deadline, whichever comes first. The engine container's preStop
+DRAIN_QUIET_SECONDS, or at DRAIN_CEILING_SECONDS, whichever comes first. The engine container's preStop
 hook (`drain_wait_script`) holds the engine's SIGTERM until the gate has gone, so an in-flight request
 never loses its engine. The kubelet runs every container's preStop and SIGTERM in parallel, all within
 the pod's terminationGracePeriodSeconds (POD_TERMINATION_GRACE_SECONDS).
 
-The deadline follows the live limits (`drain_seconds`), as everything else the gate enforces does, under
-a fixed ceiling (DRAIN_CEILING_SECONDS) that the pod template carries. The ceiling is fixed, not derived
-from spec.limits, because the pod template must not follow on-call limits: any change to it rolls the
-pods and restarts every engine, and spec.limits promises that editing them never does.
+The drain waits for the answers it holds to end, not for an estimate of how long they may take. An
+estimate can only cut an answer that would have finished: the one before issue #40 assumed
+`defaultMaxTokens` at 20 tokens/s (138 s with the default limits) and cut any longer answer a client
+had asked for. An idle pod still leaves at once, so the ceiling is paid only by a pod whose answers
+really are that long, or whose engine has stopped answering.
+
+The ceiling is a constant the pod template carries, not derived from spec.limits: any change to the
+template rolls the pods and restarts every engine, and spec.limits promises that editing them never
+does.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Final
-
-from kvant_contracts.limits import Limits
 
 # Requests keep arriving for a moment after the pod turns not-ready: the EndpointSlice change has to
 # reach every node's kube-proxy and the router has to drop the pod, each a second or two on a busy
 # cluster. A gate that left as soon as it was idle would refuse (connection refused) what was routed
 # to it in that window, so it waits until nothing has arrived for this long.
 DRAIN_QUIET_SECONDS: Final = 5.0
-# An assumed floor on one sequence's decode rate under a full batch (a large model on a busy replica).
-# The engine's measured rate is not used yet: the deadline is an estimate from the limits alone.
-FLOOR_DECODE_TOKENS_PER_SECOND: Final = 20.0
-# The most a leaving pod waits for its requests, whatever the limits say: how long scale-in may hold a
-# replica's GPUs (the default limits' deadline is 138 s). A request still running then is cut.
-DRAIN_CEILING_SECONDS: Final = 300
+# The most a leaving pod waits for the answers it admitted: 36,000 tokens at 20 tokens/s, a slow
+# sequence of a large model under a full batch. Before issue #40 it was 300 s, and the gate cut at an
+# estimate from the limits (138 s by default) besides. How long scale-in or a node drain may hold a
+# replica's GPUs when its answers are that long; an idle pod leaves after DRAIN_QUIET_SECONDS. A cluster
+# autoscaler applies its own cap (`--max-graceful-termination-sec`, 600 s by default) to the nodes it
+# removes.
+DRAIN_CEILING_SECONDS: Final = 1800
 # Seconds the gate's listeners give a request still running at the deadline before closing on it.
 GATE_CLOSE_SECONDS: Final = 1.0
 # After the gate's deadline: its close, the preStop hook noticing, and the engine's own exit on SIGTERM.
@@ -45,15 +48,6 @@ DRAINING_FIELD: Final = "draining"
 # this is not leaving at all: the engine alone is being restarted (a failed liveness probe).
 DRAIN_NOTICE_SECONDS: Final = 3.0
 _POLL_SECONDS: Final = 0.5
-
-
-def drain_seconds(limits: Limits) -> int:
-    """The longest a gate drains under `limits`: the quiet period, a queued request's longest wait
-    (queueTimeoutSeconds), then its default output limit (defaultMaxTokens) decoded at
-    FLOOR_DECODE_TOKENS_PER_SECOND. An estimate from the limits alone; the engine's measured decode
-    rate is not used yet. The gate applies it under DRAIN_CEILING_SECONDS (its --drain-seconds)."""
-    decode = limits.defaultMaxTokens / FLOOR_DECODE_TOKENS_PER_SECOND
-    return math.ceil(DRAIN_QUIET_SECONDS + limits.queueTimeoutSeconds + decode)
 
 
 def drain_wait_script(

@@ -2,7 +2,7 @@
 
 Kubernetes' namespace controller deletes a namespace's pods first (OrderedNamespaceDeletion) and, while
 any is still terminating, looks again only after half the longest terminationGracePeriodSeconds among
-them plus a second (`namespace_controller.go`: 158 s for a serving pod's 315 s), although an idle
+them plus a second (`namespace_controller.go`: 908 s for a serving pod's 1,815 s), although an idle
 serving pod drains and exits in seconds. Any change to the Namespace object brings that pass forward to
 5 s after the change (`enqueueNamespace`; its delaying queue keeps the sooner time). So when the last
 Kvant pod of a terminating namespace is gone, the operator writes one annotation on the Namespace, and

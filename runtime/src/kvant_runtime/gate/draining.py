@@ -12,8 +12,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from kvant_contracts.drain import DRAINING_FIELD, drain_seconds
-from kvant_contracts.limits import Limits
+from kvant_contracts.drain import DRAINING_FIELD
 from kvant_runtime.gate.admission import Admission
 
 log = logging.getLogger("kvant.gate")
@@ -42,11 +41,6 @@ def drain_status(traffic: Traffic, admission: Admission) -> dict[str, bool | int
         "inFlight": admission.in_flight,
         "queued": admission.queue_length,
     }
-
-
-def drain_deadline(ceiling_seconds: float, limits: Limits) -> float:
-    """Seconds the drain may last: the live limits' estimate, under the configured ceiling."""
-    return min(ceiling_seconds, drain_seconds(limits))
 
 
 async def drain(traffic: Traffic, admission: Admission, seconds: float, quiet: float) -> str:

@@ -101,9 +101,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=non_negative_seconds,
         metavar="SECONDS",
         help="on SIGTERM the gate drains: its readiness (/health) answers 503 while it goes on serving, "
-        "and it exits once idle and quiet, or after this many seconds at most (less when the limits' "
-        "own estimate is shorter; a pod's terminationGracePeriodSeconds must cover it). A second "
-        "signal stops it at once. Default: 30",
+        "and it exits once what it holds has ended and nothing new arrives, or after this many seconds "
+        "at most (a pod's terminationGracePeriodSeconds must cover it). A second signal stops it at "
+        "once. Default: 30",
     )
     parser.add_argument("--debug", action="store_true", help="debug logging, with tracebacks")
     parser.set_defaults(run=run)

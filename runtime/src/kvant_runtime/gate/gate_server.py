@@ -115,9 +115,10 @@ class Gate:
         return web.json_response(draining.drain_status(self.traffic, self.admission))
 
     async def drain(self) -> str:
-        """Drains (`draining.drain`) for at most the live limits' deadline under the configured
-        ceiling; returns how it ended: "idle" or "deadline"."""
-        seconds = draining.drain_deadline(self.config.drain_seconds, self.admission.limits)
+        """Drains (`draining.drain`) until what it holds has ended, for at most the configured
+        ceiling (not an estimate from the limits: kvant_contracts.drain); returns how it ended: "idle"
+        or "deadline"."""
+        seconds = self.config.drain_seconds
         return await draining.drain(self.traffic, self.admission, seconds, self.config.drain_quiet_seconds)
 
 
