@@ -1,14 +1,21 @@
 """Protection on the real SGLang engine under open-loop arrivals: does the gate pay for itself?
 
 The engine is SGLang 0.5.23 itself (CPU backend, the local cluster's engine image, `bench/real_engine.py`)
-serving the tiny trained chat model with `--max-total-tokens` KV tokens (default 4,096), alone on the
+serving the tiny trained chat model with the workload's `--max-total-tokens` KV tokens, alone on the
 last CPU; the clients and the front run on the others (`real_engine.split_cpus`).
 
 Method, fixed before any run:
-- **Workload.** Prose prompts (about 45 tokens) and answers of exactly `NEW_TOKENS` (SGLang's
+- **Workloads** (`--workload`, `WORKLOADS`). Every answer runs to exactly its length (SGLang's
   `min_new_tokens`, not `ignore_eos`, with which SGLang would reserve each request's whole limit and
-  never retract): long answers that fill the cache, so the unprotected engine retracts at SGLang's
-  default conservativeness.
+  never retract), so the unprotected engine retracts at SGLang's default conservativeness.
+  - `short` (the default): prose prompts of about 45 tokens, answers of 256, a 4,096-token cache:
+    long answers fill the cache.
+  - `long-prompts`: prompts of 1,000-3,000 tokens (drawn once, seeded; each starts with its request's
+    number, so no two share a cached prefix), answers of 512, an 8,192-token cache: three or four
+    requests fill it, and a retraction throws away a prefill of thousands of tokens. The tiny model
+    was trained to 2,048 positions; SGLang is told a 4,096-token context
+    (`SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN`), which costs the answers' quality, not the
+    engine's memory or time per token, and quality is not measured here.
 - **Arrivals.** Open loop, Poisson, seeded by the repetition: every front of a cell gets the same
   schedule (`kvant_dev.open_loop`). 1x is the engine's measured capacity: the requests per second it
   completes when kept full through no front (closed-loop clients, `capacity()`), measured once per run.
@@ -22,7 +29,8 @@ Method, fixed before any run:
 - **Sampled.** Every `SAMPLE_SECONDS`: the engine's running and waiting requests and token usage
   (`/v1/loads`), its retraction counter, and the gate's effective concurrency and queue.
 
-    python bench/protection/open_loop.py [--runs 3] [--seconds 40] [--json out.json]
+    python bench/protection/open_loop.py [--workload short|long-prompts] [--runs 3] [--seconds 40]
+        [--json out.json]
 """
 
 from __future__ import annotations
@@ -31,11 +39,13 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import statistics
 import sys
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +55,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kvant_dev.loadgen import LoadShape, engine_retractions, generate_load
 from kvant_dev.open_loop import OpenLoopShape, Slo, run_open_loop
 from kvant_runtime.gate.engine_load import fetch_loads
+from kvant_runtime.prompt_counter import ModelTokenizer
 from kvant_runtime.tinychat import ensure_tiny_chat_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -52,7 +63,6 @@ from bench.protection.real_engine import PROSE, flush, split_cpus
 from bench.protection.stack import serving_front
 from bench.real_engine import real_engine
 
-NEW_TOKENS = 256
 SLO = Slo(ttft_seconds=4.0, tpot_seconds=0.15)
 LOADS = (1, 2, 4)
 FRONTS = ("off", "engine")
@@ -62,12 +72,61 @@ SAMPLE_SECONDS = 0.5
 CAPACITY_SECONDS = 30.0
 
 
-def capacity(engine: str, kv_tokens: int) -> float:
+@dataclass(frozen=True)
+class Workload:
+    new_tokens: int  # every answer's exact length
+    kv_tokens: int  # the engine's cache (--max-total-tokens), unless --kv-tokens says otherwise
+    prompt_tokens: tuple[int, int]  # the range prompts are drawn from (short: the prose as it is)
+    engine_args: tuple[str, ...] = ()
+    engine_env: tuple[tuple[str, str], ...] = ()
+
+    def texts(self, model: Path) -> tuple[str, ...]:
+        if self.prompt_tokens == SHORT_PROMPT:
+            return PROSE
+        return long_texts(ModelTokenizer(model), self.prompt_tokens)
+
+
+SHORT_PROMPT = (45, 45)
+LONG_PROMPT_TEXTS = 24  # distinct long prompts; request N sends text N % 24 after its own number
+WORKLOADS = {
+    "short": Workload(new_tokens=256, kv_tokens=4096, prompt_tokens=SHORT_PROMPT),
+    "long-prompts": Workload(
+        new_tokens=512,
+        kv_tokens=8192,
+        prompt_tokens=(1000, 3000),
+        engine_args=("--context-length", "4096"),
+        engine_env=(("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "1"),),
+    ),
+}
+
+
+def long_texts(tokenizer: ModelTokenizer, lengths: tuple[int, int]) -> tuple[str, ...]:
+    """`LONG_PROMPT_TEXTS` prompts of prose sentences, each as long as a length drawn (seeded) from
+    the range, counted by the model's own tokenizer."""
+    rng = random.Random(0)
+    texts = []
+    for _ in range(LONG_PROMPT_TEXTS):
+        target, sentences = rng.randint(*lengths), list[str]()
+        while tokenizer.text(" ".join(sentences)) < target:
+            sentences.append(rng.choice(PROSE))
+        texts.append(" ".join(sentences))
+    return tuple(texts)
+
+
+def capacity(engine: str, kv_tokens: int, workload: Workload, texts: tuple[str, ...]) -> float:
     """Requests a second the engine completes kept full: closed-loop clients for twice what fills its
     cache, straight to the engine."""
-    clients = max(2, 2 * kv_tokens // (45 + NEW_TOKENS))
+    prompt = sum(workload.prompt_tokens) // 2
+    clients = max(2, 2 * kv_tokens // (prompt + workload.new_tokens))
     shape = LoadShape(
-        clients, CAPACITY_SECONDS, 45, NEW_TOKENS, 1e9, texts=PROSE, run_to_limit=True, drain_seconds=60
+        clients,
+        CAPACITY_SECONDS,
+        prompt,
+        workload.new_tokens,
+        1e9,
+        texts=texts,
+        run_to_limit=True,
+        drain_seconds=60,
     )
     flush(engine)
     result = generate_load(engine, shape)
@@ -110,10 +169,19 @@ async def _measured(
 
 
 def cell(
-    workdir: Path, engine: str, model: Path, front: str, *, rate: float, run: int, seconds: float
+    workdir: Path,
+    engine: str,
+    model: Path,
+    front: str,
+    *,
+    rate: float,
+    run: int,
+    seconds: float,
+    new_tokens: int,
+    texts: tuple[str, ...],
 ) -> dict[str, Any]:
     flush(engine)
-    shape = OpenLoopShape(rate, seconds, NEW_TOKENS, PROSE, SLO, seed=run)
+    shape = OpenLoopShape(rate, seconds, new_tokens, texts, SLO, seed=run)
     flags = ["--tokenizer", str(model)]
     with serving_front(workdir, engine, front, gate_flags=flags, base={}) as stack:
         before = engine_retractions(engine)
@@ -199,7 +267,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--kv-tokens", type=int, default=4096)
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="short")
+    parser.add_argument("--kv-tokens", type=int, help="the engine's cache (default: the workload's)")
     parser.add_argument("--seconds", type=float, default=40.0, help="sending window per cell")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--fronts", default=",".join(FRONTS))
@@ -209,16 +278,25 @@ def main() -> None:
     args = parser.parse_args()
     fronts = tuple(args.fronts.split(","))
     loads = tuple(int(x) for x in args.loads.split(","))
+    workload = WORKLOADS[args.workload]
+    kv_tokens = args.kv_tokens or workload.kv_tokens
     model = ensure_tiny_chat_model()
+    texts = workload.texts(model)
     workdir = Path(tempfile.mkdtemp(prefix="kvant-bench-open-loop-"))
     engine_cpus = split_cpus()
+    os.environ.update(dict(workload.engine_env))  # the engine inherits this process's environment
     report: dict[str, Any] = {
-        "kv_tokens": args.kv_tokens,
-        "new_tokens": NEW_TOKENS,
+        "workload": args.workload,
+        "kv_tokens": kv_tokens,
+        "new_tokens": workload.new_tokens,
+        "prompt_tokens": workload.prompt_tokens,
         "slo": vars(SLO) if hasattr(SLO, "__dict__") else str(SLO),
     }
-    with real_engine(model, args.kv_tokens, workdir, MAX_RUNNING, cpus=engine_cpus) as engine:
-        one_x = args.rate or capacity(engine, args.kv_tokens)
+    print(f"workload {args.workload}: {workload}, cache {kv_tokens} tokens", flush=True)
+    with real_engine(
+        model, kv_tokens, workdir, MAX_RUNNING, cpus=engine_cpus, engine_args=workload.engine_args
+    ) as engine:
+        one_x = args.rate or capacity(engine, kv_tokens, workload, texts)
         report["one_x_rps"] = round(one_x, 3)
         print(
             f"1x = {one_x:.2f} requests/s; SLO TTFT {SLO.ttft_seconds}s, TPOT {SLO.tpot_seconds}s", flush=True
@@ -228,7 +306,15 @@ def main() -> None:
             for load in loads:
                 for front in fronts:
                     found = cell(
-                        workdir, engine, model, front, rate=load * one_x, run=run, seconds=args.seconds
+                        workdir,
+                        engine,
+                        model,
+                        front,
+                        rate=load * one_x,
+                        run=run,
+                        seconds=args.seconds,
+                        new_tokens=workload.new_tokens,
+                        texts=texts,
                     )
                     cells[f"{front}@{load}x"].append(found)
                     shown = {k: v for k, v in found.items() if k != "samples"}
