@@ -74,6 +74,18 @@ def by_pod(pods: list[client.V1Pod], name: str) -> dict[str, float]:
     return {pod.metadata.name: metric_sum(pod_metrics(pod), name) for pod in pods}
 
 
+def _refusals_by_class(pods: list[client.V1Pod]) -> dict[str, float]:
+    """The gates' own refusals, summed over the pods, by `class/reason`."""
+    found: dict[str, float] = {}
+    for pod in pods:
+        for line in pod_metrics(pod).splitlines():
+            if line.startswith("kvant_gate_tenant_rejected_total{") and not line.endswith(" 0.0"):
+                labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
+                key = f"{labels.get('priority')}/{labels.get('reason')}"
+                found[key] = found.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return found
+
+
 # SGLang's own priority scheduling, so the engine reports each running request's priority. Its
 # default for requests without one is 0 here, not the documented 1 (docs/concepts/tenants.md), so that
 # a class the gate wrote (standard: 1) shows apart from a priority it merely dropped.
@@ -219,7 +231,13 @@ def test_real_engine_serves_openai_clients_through_the_router(cluster, operator,
         return flood, interactive
 
     flood, interactive = asyncio.run(both())
-    outcomes = {"batch": flood.summary(), "interactive": interactive.summary()}
+    outcomes = {
+        "batch": flood.summary(),
+        "interactive": interactive.summary(),
+        # Where a refusal came from: the gates count theirs by class and reason; a 429 they did not
+        # count came from the router (smg), which knows no classes.
+        "gate refusals": _refusals_by_class(pods),
+    }
     print(f"two keys under overload: {outcomes}", flush=True)
     assert set(flood.statuses) | set(interactive.statuses) <= {200, 429}, outcomes
     critical_served = interactive.statuses[200] / len(interactive.outcomes)
