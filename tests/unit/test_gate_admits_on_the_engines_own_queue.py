@@ -238,10 +238,34 @@ def test_a_snapshot_older_than_the_last_release_lets_nothing_new_through_until_a
         clock.now += 1.0
         admission.release(first)  # after the snapshot: its 190 tokens are still in `used`
         admission.set_engine_load(stale)
-        third = asyncio.create_task(admission.acquire(200, output_tokens=100))
+        # 200 + 780 at their whole limits would pass the 950 the check allows: the snapshot matters.
+        third = asyncio.create_task(admission.acquire(780, output_tokens=50))
         await until(lambda: admission.queue_length == 1, "the third to wait for a newer snapshot")
+        # Fresh: the second has 10 tokens to go, so the peak is 940 (190 + 10 + 730 + 10).
         admission.set_engine_load(_load(clock, running=1, used=190, capacity=1000))
         admission.release(await third)
+        admission.release(second)
+
+    run(scenario())
+
+
+def test_a_stale_snapshot_does_not_hold_what_fits_at_every_requests_whole_limit():
+    """No reading of anyone's progress can overflow the cache then, and waiting for the next snapshot
+    cost every request of a light load half a snapshot interval (bench/README)."""
+
+    async def scenario() -> None:
+        clock = Clock()
+        admission = Admission(parse_limits({}), clock)
+        admission.set_engine_load(_load(clock, running=0, capacity=1000))
+        first = await admission.acquire(200, output_tokens=100)
+        second = await admission.acquire(200, output_tokens=100)
+        clock.now += 5.0
+        stale = _load(clock, running=2, used=380, capacity=1000)
+        clock.now += 1.0
+        admission.release(first)
+        admission.set_engine_load(stale)
+        third = await asyncio.wait_for(admission.acquire(200, output_tokens=100), 1.0)  # 400 <= 950
+        admission.release(third)
         admission.release(second)
 
     run(scenario())
