@@ -98,12 +98,12 @@ def test_the_router_is_ready_on_readiness_not_health() -> None:
     assert path != "/health", "smg's /health answers 200 with no engine behind it"
 
 
-def test_nothing_is_rendered_by_default() -> None:
-    """Spreading is not the default yet (docs/concepts/placement.md, "Why spreading is not the
-    default yet"), and lost-node tolerations are Kubernetes' unless set."""
+def test_every_role_spreads_by_default_and_keeps_kubernetes_tolerations() -> None:
+    """`preferred` unless the CR says otherwise; lost-node tolerations are Kubernetes' unless set."""
     for name, deployment in _deployments(_objects("tiny.yaml", replicas=3)).items():
         pod = _pod(deployment)
-        assert "topologySpreadConstraints" not in pod and "affinity" not in pod, name
+        assert _spread(pod)[NODE_TOPOLOGY]["whenUnsatisfiable"] == "ScheduleAnyway", name
+        assert pod["affinity"]["podAntiAffinity"], name
         assert "tolerations" not in pod, name
 
 
