@@ -30,7 +30,7 @@ from typing import Any
 from kvant_runtime.tinychat import ensure_tiny_chat_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.protection.open_loop import MAX_RUNNING, NEW_TOKENS, SLO, capacity, cell, median_of
+from bench.protection.open_loop import MAX_RUNNING, SLO, WORKLOADS, capacity, cell, median_of
 from bench.protection.real_engine import split_cpus
 from bench.real_engine import real_engine
 
@@ -42,6 +42,7 @@ SETTINGS: dict[str, dict[str, float]] = {
     "minNewTokenRatioFactor 0.5": {"minNewTokenRatioFactor": 0.5},
 }
 FRONTS = ("off", "engine")
+WORKLOAD = WORKLOADS["short"]  # the open-loop bench's: prose prompts, 256-token answers
 
 
 def main() -> None:
@@ -66,12 +67,20 @@ def main() -> None:
             with urllib.request.urlopen(f"{engine}/server_info", timeout=30) as answer:
                 taken = json.load(answer)["schedule_conservativeness"]
             if one_x is None:
-                one_x = capacity(engine, args.kv_tokens)
+                one_x = capacity(engine, args.kv_tokens, WORKLOAD, WORKLOAD.texts(model))
                 print(f"1x = {one_x:.2f} requests/s at SGLang's defaults; SLO {SLO}", flush=True)
             for front in FRONTS:
                 for run in range(args.runs):
                     found = cell(
-                        workdir, engine, model, front, rate=args.load * one_x, run=run, seconds=args.seconds
+                        workdir,
+                        engine,
+                        model,
+                        front,
+                        rate=args.load * one_x,
+                        run=run,
+                        seconds=args.seconds,
+                        new_tokens=WORKLOAD.new_tokens,
+                        texts=WORKLOAD.texts(model),
                     )
                     found.pop("samples")
                     row = {"setting": name, "knobs": knobs, "conservativeness": taken, "front": front}
@@ -80,7 +89,7 @@ def main() -> None:
                     print(json.dumps(row), flush=True)
     print(table(rows, args.load))
     if args.json:
-        report = {"one_x_rps": one_x, "new_tokens": NEW_TOKENS, "rows": rows}
+        report = {"one_x_rps": one_x, "new_tokens": WORKLOAD.new_tokens, "rows": rows}
         args.json.write_text(json.dumps(report, indent=1))
 
 

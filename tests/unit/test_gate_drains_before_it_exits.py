@@ -146,7 +146,7 @@ async def _status_is(session: aiohttp.ClientSession, url: str, status: int) -> b
 # Before issue #40 the drain ended at an estimate from the limits, and cut any answer still running:
 # the quiet period, then queueTimeoutSeconds, then defaultMaxTokens at an assumed 20 tokens/s, under
 # a 300 s ceiling (at 20 tokens/s, 6,000 tokens at most). This test's answer is longer than both allow.
-LIMITS_BEFORE_40 = {"maxConcurrency": 4, "queueTimeoutSeconds": 1, "defaultMaxTokens": 20}
+LIMITS_BEFORE_40: dict[str, object] = {"maxConcurrency": 4, "queueTimeoutSeconds": 1, "defaultMaxTokens": 20}
 DEADLINE_BEFORE_40 = math.ceil(DRAIN_QUIET_SECONDS + 1 + 20 / 20.0)  # 7 s
 LONG_ANSWER = 6500  # > 300 s x 20 tokens/s
 
