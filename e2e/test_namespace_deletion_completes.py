@@ -24,6 +24,7 @@ from tests.model_stores import create_bucket, upload_folder
 from e2e.conftest import SOURCE_CREDENTIALS
 from e2e.qm import apply, get_qm, is_true, wait_ready
 from e2e.test_fetched_sources_reach_ready import apply_secret, s3_keys
+from kvant_contracts.drain import POD_TERMINATION_GRACE_SECONDS
 from kvant_dev.cluster import LocalCluster
 from kvant_dev.model_stores import ModelStores
 from kvant_operator.api.resource import GROUP, PLURAL, VERSION
@@ -32,7 +33,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.timeout(900)]
 
 # Kubernetes (1.33+) deletes a namespace's pods first and the rest only once they are gone; finding
 # pods still terminating, its namespace controller looks again only after half their longest
-# terminationGracePeriodSeconds (315 s for a serving pod, to cover a drain), whether or not they
+# terminationGracePeriodSeconds (1,815 s for a serving pod, to cover a drain), whether or not they
 # exited sooner. The operator brings that pass forward: when a terminating namespace's last Kvant pod
 # is gone it annotates the Namespace, and the controller looks again 5 s later
 # (kvant_operator/namespace_nudge.py). So the whole namespace goes within NAMESPACE_GONE_SECONDS: the
@@ -41,7 +42,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.timeout(900)]
 NAMESPACE_GONE_SECONDS = 30
 # What a test that waits for an earlier test's models allows (e2e/test_unchanged_model_causes_no_writes).
 ONE_PASS_SECONDS = 60
-SERVING_POD_GRACE_SECONDS = 315  # render/serving.py; a test below reads it off the live pod
 
 
 def _metrics(operator: Any) -> str:
@@ -111,7 +111,7 @@ def test_deleting_a_namespace_with_models_in_every_phase_completes(
         assert phases["degraded"] not in ("Ready", "Deploying"), phases
 
         graces = {p.spec.termination_grace_period_seconds for p in core.list_namespaced_pod(namespace).items}
-        assert max(graces) <= SERVING_POD_GRACE_SECONDS, graces
+        assert max(graces) == POD_TERMINATION_GRACE_SECONDS, graces  # what the controller would wait on
         started = time.monotonic()
         cluster.kubectl("delete", "namespace", namespace, "--wait=false")
         batch, custom = client.BatchV1Api(cluster.api_client()), client.CustomObjectsApi(cluster.api_client())

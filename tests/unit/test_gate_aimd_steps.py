@@ -116,3 +116,18 @@ def test_new_limits_clamp_the_value_at_once():
     change = controller.set_limits(parse_limits({**LIMITS, "concurrency": {"min": 8, "max": 128}}))
     assert change is not None and change.new == 8
     assert controller.set_limits(parse_limits({**LIMITS, "concurrency": {"min": 8, "max": 128}})) is None
+
+
+def test_mode_off_cuts_nothing_and_remembers_nothing_for_a_later_enforce():
+    """An unprotected engine's retractions say nothing of the level a protected one retracts at."""
+    controller = ConcurrencyController(parse_limits({**LIMITS, "mode": "off"}))
+    controller.step(_sample(retracted=0), now=0.0, in_flight=40)
+    assert controller.step(_sample(retracted=5), now=1.0, in_flight=40) is None
+    assert controller.step(None, now=2.0, in_flight=40) is None  # stale metrics: nothing to protect
+    assert controller.value == 64
+    controller.set_limits(parse_limits(LIMITS))  # on-call switches to enforce
+    for tick in range(3, 6):  # no new retraction: nothing to cut, and no remembered level to probe
+        controller.step(_sample(retracted=5), now=float(tick), in_flight=40)
+    assert controller.value == 64
+    change = controller.step(_sample(retracted=6), now=6.0, in_flight=40)  # a protected retraction
+    assert change is not None and change.new == 30

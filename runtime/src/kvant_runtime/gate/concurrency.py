@@ -75,6 +75,8 @@ class ConcurrencyController:
 
     def step(self, sample: EngineSample | None, now: float, in_flight: int) -> Change | None:
         """One tick: `now` is a monotonic time, `in_flight` the gate's in-flight requests."""
+        if self.limits.mode == "off":
+            return self._unprotected(sample, now)
         if sample is None:
             return self._decrease(self.value, "stale_metrics", "engine metrics are stale or failing")
         retractions = self._retractions.observe(now, sample.retracted_total)
@@ -92,6 +94,17 @@ class ConcurrencyController:
         if not grew:
             return self._increase(now)
         return None
+
+    def _unprotected(self, sample: EngineSample | None, now: float) -> Change | None:
+        """Mode `off` enforces nothing, so a cut would only wait to mislead a later `enforce`: an
+        unprotected engine retracts at levels a protected one never reaches. (An e2e run switched to
+        enforce 3 s after such a cut, and spent its window at 2-3 requests, probing the remembered
+        level one step per NEAR_SECONDS.) The limit stays at the ceiling and nothing is remembered;
+        the retraction counter is still read, so the first protected tick counts only new ones."""
+        if sample is not None:
+            self._retractions.observe(now, sample.retracted_total)
+        self._retracted_at = None
+        return self._move(self.limits.concurrency_ceiling, "up", "limits", "mode off enforces nothing")
 
     def _decrease(self, level: int, signal: str, why: str) -> Change | None:
         new = max(self.limits.concurrency_floor, math.floor(level * self.limits.concurrency.decreaseFactor))
