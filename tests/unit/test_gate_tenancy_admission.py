@@ -566,6 +566,36 @@ def test_a_request_is_refused_at_once_when_recent_queued_requests_waited_past_it
     run(scenario())
 
 
+def test_a_critical_request_without_a_deadline_of_its_own_queues_whatever_its_class_waited() -> None:
+    """Critical is refused last: with only the queue timeout to judge by, a critical request queues
+    where a standard one with the same history is refused at once (the two-key e2e lost 18 critical
+    requests at arrival to an estimate learned under a sheddable flood)."""
+
+    async def scenario() -> None:
+        clock = Clock()
+        admission = _admission(clock, queueTimeoutSeconds=4)
+        await _queued_waits(admission, clock, [5.0] * 4)  # standard requests waited 5 s each
+        for _ in range(4):  # and so did critical ones
+            holder = await admission.acquire(1)
+            queued = _task(admission.acquire(1, priority="critical"))
+            await settle()
+            clock.now += 5.0
+            admission.release(holder)
+            await settle()
+            admission.release(queued.result())
+        holder = await admission.acquire(1)
+        with pytest.raises(Rejected):  # standard: refused at once on the estimate
+            await admission.acquire(1)
+        critical = _task(admission.acquire(1, priority="critical"))
+        await settle()
+        assert not critical.done()  # queued: only its queue timeout can end the wait
+        admission.release(holder)
+        await settle()
+        admission.release(critical.result())
+
+    run(scenario())
+
+
 def test_long_waits_are_forgotten_so_a_lightly_loaded_replica_queues_again() -> None:
     async def scenario() -> None:
         clock = Clock()
