@@ -57,6 +57,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     model = ensure_tiny_chat_model()
+    texts = WORKLOAD.texts(model)
     workdir = Path(tempfile.mkdtemp(prefix="kvant-bench-knobs-"))
     cpus = split_cpus()
     one_x: float | None = None
@@ -67,7 +68,7 @@ def main() -> None:
             with urllib.request.urlopen(f"{engine}/server_info", timeout=30) as answer:
                 taken = json.load(answer)["schedule_conservativeness"]
             if one_x is None:
-                one_x = capacity(engine, args.kv_tokens, WORKLOAD, WORKLOAD.texts(model))
+                one_x = capacity(engine, args.kv_tokens, WORKLOAD, texts)
                 print(f"1x = {one_x:.2f} requests/s at SGLang's defaults; SLO {SLO}", flush=True)
             for front in FRONTS:
                 for run in range(args.runs):
@@ -80,7 +81,7 @@ def main() -> None:
                         run=run,
                         seconds=args.seconds,
                         new_tokens=WORKLOAD.new_tokens,
-                        texts=WORKLOAD.texts(model),
+                        texts=texts,
                     )
                     found.pop("samples")
                     row = {"setting": name, "knobs": knobs, "conservativeness": taken, "front": front}

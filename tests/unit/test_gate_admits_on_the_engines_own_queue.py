@@ -224,20 +224,27 @@ def test_a_loads_timestamp_is_when_the_engine_published_it_on_the_gates_clock():
     assert parse_loads({"loads": [rank]}, read_at=50.0, wall_now=1000.4).as_of == 50.0
 
 
+async def _second_behind_a_stale_snapshot(clock: Clock) -> tuple[Admission, Ticket]:
+    """Two 200-token requests let through, then the first given back after the engine's latest
+    snapshot (which still counts its 190 tokens in `used`); returns the admission and the second."""
+    admission = Admission(parse_limits({}), clock)
+    admission.set_engine_load(_load(clock, running=0, capacity=1000))
+    first = await admission.acquire(200, output_tokens=100)
+    second = await admission.acquire(200, output_tokens=100)
+    clock.now += 5.0
+    stale = _load(clock, running=2, used=380, capacity=1000)
+    clock.now += 1.0
+    admission.release(first)
+    admission.set_engine_load(stale)
+    return admission, second
+
+
 def test_a_snapshot_older_than_the_last_release_lets_nothing_new_through_until_a_newer_one():
     """It still counts the released request's tokens, which would read as another's progress."""
 
     async def scenario() -> None:
         clock = Clock()
-        admission = Admission(parse_limits({}), clock)
-        admission.set_engine_load(_load(clock, running=0, capacity=1000))
-        first = await admission.acquire(200, output_tokens=100)
-        second = await admission.acquire(200, output_tokens=100)
-        clock.now += 5.0
-        stale = _load(clock, running=2, used=380, capacity=1000)
-        clock.now += 1.0
-        admission.release(first)  # after the snapshot: its 190 tokens are still in `used`
-        admission.set_engine_load(stale)
+        admission, second = await _second_behind_a_stale_snapshot(clock)
         # 200 + 780 at their whole limits would pass the 950 the check allows: the snapshot matters.
         third = asyncio.create_task(admission.acquire(780, output_tokens=50))
         await until(lambda: admission.queue_length == 1, "the third to wait for a newer snapshot")
@@ -254,16 +261,7 @@ def test_a_stale_snapshot_does_not_hold_what_fits_at_every_requests_whole_limit(
     cost every request of a light load half a snapshot interval (bench/README)."""
 
     async def scenario() -> None:
-        clock = Clock()
-        admission = Admission(parse_limits({}), clock)
-        admission.set_engine_load(_load(clock, running=0, capacity=1000))
-        first = await admission.acquire(200, output_tokens=100)
-        second = await admission.acquire(200, output_tokens=100)
-        clock.now += 5.0
-        stale = _load(clock, running=2, used=380, capacity=1000)
-        clock.now += 1.0
-        admission.release(first)
-        admission.set_engine_load(stale)
+        admission, second = await _second_behind_a_stale_snapshot(Clock())
         third = await asyncio.wait_for(admission.acquire(200, output_tokens=100), 1.0)  # 400 <= 950
         admission.release(third)
         admission.release(second)
