@@ -27,7 +27,7 @@ from kubernetes import client
 from kvant_contracts.artifact_manifest import MANIFEST_NAME, ManifestError, verify_artifact
 from kvant_contracts.serving_pod import GATE_PORT
 from kvant_dev.faults import FILL_FILE
-from kvant_dev.loadgen import engine_retractions
+from kvant_dev.loadgen import EngineMetricsMissing, engine_retractions
 from kvant_operator.render.artifact_record import read_record
 from kvant_operator.render.fetch_job import SOURCE_LABEL, read_source_record
 from kvant_operator.render.jobs import ARTIFACT_LABEL, ATTEMPT_ANNOTATION
@@ -176,7 +176,7 @@ class RetractionLedger:
                 run = f"{pod.metadata.uid}/{engine.state.running.started_at}"
                 try:
                     total = engine_retractions(check_local(metrics_url(pod)))
-                except OSError:
+                except (OSError, EngineMetricsMissing):  # skipped: read again next time
                     continue
                 grown[model.name] += total - self.last.get(run, 0.0)
                 self.last[run] = total

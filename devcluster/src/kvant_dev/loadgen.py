@@ -20,7 +20,12 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from kvant_contracts.sglang_metrics import NUM_RETRACTED_REQUESTS_TOTAL, retractions_total, scheduler_in
+from kvant_contracts.sglang_metrics import (
+    NUM_RETRACTED_REQUESTS_TOTAL,
+    NUM_RUNNING_REQS,
+    retractions_total,
+    scheduler_in,
+)
 
 
 @dataclass
@@ -140,11 +145,37 @@ def generate_load(base_url: str, shape: LoadShape, stop: threading.Event | None 
     return asyncio.run(run_load(base_url, shape, stop))
 
 
+class EngineMetricsMissing(Exception):
+    """A metrics page without the engine's series: a serving pod's gate could not read its engine."""
+
+
+# Reads of a page that lacks the engine's series before giving up: the gate's merged page leaves the
+# engine out when its read of the engine fails (a busy CPU engine, a few seconds).
+ENGINE_METRICS_ATTEMPTS = 30
+
+
 def engine_retractions(metrics_url: str) -> float:
     """The engine's retractions so far (`retractions_total`: 0 until the first one), from
-    `{metrics_url}/metrics`: the engine's own, or a serving pod's merged gate + engine metrics."""
-    with urllib.request.urlopen(f"{metrics_url}/metrics", timeout=5) as response:
-        text = response.read().decode()
+    `{metrics_url}/metrics`: the engine's own, or a serving pod's merged gate + engine metrics.
+
+    A merged page the gate served without the engine's series is read again, a second apart: read
+    as 0 it made a phase's difference count every earlier retraction (a CI run reported 15 for a
+    phase whose engine log shows 1, 2026-12-05) or go negative. Raises EngineMetricsMissing when
+    the engine stays out of the page."""
+    for attempt in range(ENGINE_METRICS_ATTEMPTS):
+        with urllib.request.urlopen(f"{metrics_url}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        if any(line.startswith(NUM_RUNNING_REQS) for line in text.splitlines()):
+            return _retractions_in(text)
+        if attempt + 1 < ENGINE_METRICS_ATTEMPTS:
+            time.sleep(1.0)
+    raise EngineMetricsMissing(
+        f"{metrics_url}/metrics has no {NUM_RUNNING_REQS} in {ENGINE_METRICS_ATTEMPTS} reads: the engine's "
+        "series are missing"
+    )
+
+
+def _retractions_in(text: str) -> float:
     prefix = NUM_RETRACTED_REQUESTS_TOTAL + "{"
     return retractions_total(
         (scheduler_in(line[len(prefix) - 1 :]), float(line.rsplit(" ", 1)[1]))
