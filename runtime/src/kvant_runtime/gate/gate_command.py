@@ -159,6 +159,10 @@ def run(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.debug else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+    if not args.debug:
+        from kvant_runtime.gate import bad_requests_log  # noqa: PLC0415
+
+        bad_requests_log.install()
     config = GateConfig(
         listen=args.listen,
         upstream=args.upstream,
