@@ -60,7 +60,8 @@ def apiserver(
 ) -> Iterator[LocalCluster]:
     global _session_cluster  # noqa: PLW0603 - the failure hook below needs the live cluster
     started = time.monotonic()
-    cluster = LocalCluster(tmp_path_factory.mktemp("cluster"), toolchain=toolchain)
+    # One spare node, cordoned: the node-loss test moves replicas onto it (e2e/test_a_lost_node_...).
+    cluster = LocalCluster(tmp_path_factory.mktemp("cluster"), spare_nodes=1, toolchain=toolchain)
     _session_cluster = cluster
     try:
         cluster.start_core()

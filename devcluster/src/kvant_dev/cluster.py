@@ -17,6 +17,8 @@ from kvant_dev.metrics_adapter import API_SERVICE, MetricsAdapter
 from kvant_dev.model_stores import ModelStores
 from kvant_dev.netutil import wait_until
 from kvant_dev.network import Addresses, ClusterNetwork
+from kvant_dev.nodeagent.node import node_name
+from kvant_dev.nodeagent.node_faults import lost_nodes, set_lost_nodes
 from kvant_dev.nodeagent.podrunner import pod_dir
 from kvant_dev.nodeagent.volumes import KUBELET_SYNC_SECONDS, file_volume_dir
 from kvant_dev.process import ManagedProcess
@@ -35,6 +37,9 @@ class KubectlError(RuntimeError):
 class LocalCluster:
     workdir: Path
     nodes: int = 1
+    # More nodes, registered cordoned: a test that needs a second node uncordons one, and nothing else
+    # is scheduled there (kvant_dev.nodeagent.node_faults loses and restores nodes).
+    spare_nodes: int = 0
     gpus_per_node: int = 8
     tied_to_parent: bool = True
     # Seconds before a ConfigMap or Secret edit reaches running pods' volumes (a kubelet's sync period;
@@ -104,6 +109,7 @@ class LocalCluster:
             f"--root={self.agent_dir}",
             f"--pki-dir={self.control_plane.pki_dir}",
             f"--nodes={self.nodes}",
+            f"--spare-nodes={self.spare_nodes}",
             f"--gpus-per-node={self.gpus_per_node}",
             f"--kubelet-version={pinned_versions()['KUBE_VERSION']}",
             f"--prometheus-targets={self.prometheus_targets}",
@@ -117,10 +123,11 @@ class LocalCluster:
         self.node_agent = ManagedProcess(
             "node-agent", argv, self.control_plane.log_path("node-agent"), tied_to_parent=self.tied_to_parent
         )
-        wait_until(self._nodes_ready, _NODE_READY_TIMEOUT, f"{self.nodes} Ready node(s)", self.diagnostics)
+        all_nodes = self.nodes + self.spare_nodes
+        wait_until(self._nodes_ready, _NODE_READY_TIMEOUT, f"{all_nodes} Ready node(s)", self.diagnostics)
         # kube-proxy waits for its Node object, so it starts once the agent has registered them. One
         # serves every node: they share the node namespace (one flat pod network).
-        self.control_plane.start_kube_proxy(self.network.netns, "kvant-gpu-0", self.toolchain.nft_env())
+        self.control_plane.start_kube_proxy(self.network.netns, node_name(0), self.toolchain.nft_env())
         self.control_plane.start_dns(self.network.netns)
 
     def start_prometheus(self) -> Prometheus:
@@ -248,4 +255,17 @@ class LocalCluster:
             for n in nodes
             if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
         ]
-        return len(ready) >= self.nodes
+        return len(ready) >= self.nodes + self.spare_nodes
+
+    @property
+    def spare_node_names(self) -> list[str]:
+        """The spare nodes' names (registered cordoned), in order."""
+        return [node_name(i) for i in range(self.nodes, self.nodes + self.spare_nodes)]
+
+    def lose_node(self, name: str) -> None:
+        """The node stops reporting and its pods die unreported (kvant_dev.nodeagent.node_faults)."""
+        set_lost_nodes(self.agent_dir, lost_nodes(self.agent_dir) | {name})
+
+    def restore_node(self, name: str) -> None:
+        """The lost node reports again, like a rebooted kubelet."""
+        set_lost_nodes(self.agent_dir, lost_nodes(self.agent_dir) - {name})

@@ -19,6 +19,9 @@ def main() -> None:
     parser.add_argument("--root", type=Path, required=True, help="folder for pod volumes and logs")
     parser.add_argument("--pki-dir", type=Path, required=True, help="the cluster CA (signs the log endpoint)")
     parser.add_argument("--nodes", type=int, default=1)
+    parser.add_argument(
+        "--spare-nodes", type=int, default=0, help="more nodes, registered cordoned (tests move pods there)"
+    )
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--kubelet-version", default="v0.0.0")
     parser.add_argument("--tie-pods", action="store_true", help="pods die with the agent (tests)")
@@ -46,6 +49,7 @@ def main() -> None:
             network_slot=args.network_slot,
             cluster_dns=args.cluster_dns,
             nodes=args.nodes,
+            spare_nodes=args.spare_nodes,
             gpus_per_node=args.gpus_per_node,
             kubelet_version=args.kubelet_version,
             tied_to_parent=args.tie_pods,

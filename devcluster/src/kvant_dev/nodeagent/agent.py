@@ -20,7 +20,8 @@ from kvant_dev.nodeagent.fieldrefs import service_links
 from kvant_dev.nodeagent.images import load_image_map
 from kvant_dev.nodeagent.informer import CONNECTION_ERRORS, Informer
 from kvant_dev.nodeagent.logserver import serve_logs
-from kvant_dev.nodeagent.node import NodeHeartbeat, NodeSpec
+from kvant_dev.nodeagent.node import NodeHeartbeat, NodeSpec, node_name
+from kvant_dev.nodeagent.node_faults import lost_nodes
 from kvant_dev.nodeagent.podrunner import PodContext, PodRunner
 from kvant_dev.nodeagent.rootfs import read_host_submounts
 from kvant_dev.nodeagent.sandbox import PodNetwork
@@ -41,6 +42,7 @@ class AgentConfig:
     network_slot: int  # the cluster's slot: its pod subnet (see kvant_dev.network)
     cluster_dns: str | None = None  # the nameserver of ClusterFirst pods, as the kubelet's --cluster-dns
     nodes: int = 1
+    spare_nodes: int = 0  # registered cordoned, after the others: a test uncordons one to move pods to
     gpus_per_node: int = 8
     kubelet_version: str = "v0.0.0"
     tied_to_parent: bool = False
@@ -52,7 +54,8 @@ class NodeAgent:
     def __init__(self, api: client.ApiClient, config: AgentConfig) -> None:
         self.api, self.config = api, config
         self.core = client.CoreV1Api(api)
-        self.nodes = [self._node_spec(i) for i in range(config.nodes)]
+        self.nodes = [self._node_spec(i) for i in range(config.nodes + config.spare_nodes)]
+        self._lost: frozenset[str] = frozenset()  # node_faults: nodes that report nothing
         self.heartbeats = [NodeHeartbeat(api, spec) for spec in self.nodes]
         self.addresses = Addresses(config.network_slot)
         self.runners: dict[str, PodRunner] = {}  # by pod uid
@@ -101,11 +104,12 @@ class NodeAgent:
     def _node_spec(self, index: int) -> NodeSpec:
         host_ip = f"127.0.{10 + index}.1"
         return NodeSpec(
-            name=f"kvant-gpu-{index}",
+            name=node_name(index),
             host_ip=host_ip,
             log_port=free_port(host_ip),
             gpus=self.config.gpus_per_node,
             kubelet_version=self.config.kubelet_version,
+            cordoned=index >= self.config.nodes,
         )
 
     def run(self) -> None:
@@ -133,6 +137,7 @@ class NodeAgent:
     def _loop(self) -> None:
         last_lease = last_status = time.monotonic()
         while not self._stop.wait(_TICK):
+            self._follow_faults()
             self._sync_pods()
             if self.config.prometheus_targets is not None:
                 write_targets(self.config.prometheus_targets, list(self.runners.values()))
@@ -146,15 +151,31 @@ class NodeAgent:
         for worker in self._workers:
             worker.join(timeout=10.0)
 
+    def _follow_faults(self) -> None:
+        lost = lost_nodes(self.config.root)
+        if lost == self._lost:
+            return
+        for name in sorted(lost - self._lost):
+            log.warning("node %s lost: no heartbeats, its pods killed without a report", name)
+        restored = self._lost - lost
+        self._lost = lost
+        for name in sorted(restored):
+            log.info("node %s back: reporting again, like a rebooted kubelet", name)
+        # At once, as a kubelet does when it starts: the node controller sees it Ready again.
+        self._heartbeat(lambda hb: hb.report_status() if hb.spec.name in restored else None)
+        self._heartbeat(lambda hb: hb.renew_lease() if hb.spec.name in restored else None)
+
     def _heartbeat(self, action: Any) -> None:
         for heartbeat in self.heartbeats:
+            if heartbeat.spec.name in self._lost:
+                continue
             try:
                 action(heartbeat)
             except (ApiException, *CONNECTION_ERRORS) as err:
                 log.warning("heartbeat for %s failed: %s", heartbeat.spec.name, err)
 
     def _sync_pods(self) -> None:
-        mine = {spec.name: spec for spec in self.nodes}
+        mine = {spec.name: spec for spec in self.nodes if spec.name not in self._lost}
         for pod in list(self.informers["Pod"].store.values()):
             node = mine.get(pod["spec"].get("nodeName", ""))
             uid = pod["metadata"]["uid"]
@@ -182,6 +203,9 @@ class NodeAgent:
             while True:
                 if self._stop.is_set():
                     runner.terminate(grace_seconds=5.0)  # agent shutdown takes its pods along
+                    return
+                if runner.pod["spec"].get("nodeName") in self._lost:
+                    runner.terminate(grace_seconds=0.0)  # the node died with it: nothing is reported
                     return
                 latest = self.informers["Pod"].get(runner.namespace, runner.name)
                 if latest is None or latest["metadata"]["uid"] != uid:

@@ -26,6 +26,12 @@ class NodeSpec:
     gpu_resource: str = "nvidia.com/gpu"
     gpu_product: str = "NVIDIA-H200"
     kubelet_version: str = "v0.0.0"
+    cordoned: bool = False  # registered unschedulable (a spare node)
+
+
+def node_name(index: int) -> str:
+    """The local cluster's nodes are named by their place in the agent's list."""
+    return f"kvant-gpu-{index}"
 
 
 def _now_micro() -> str:
@@ -54,6 +60,7 @@ class NodeHeartbeat:
                     "nvidia.com/gpu.count": str(self.spec.gpus),
                 },
             },
+            "spec": {"unschedulable": self.spec.cordoned},
         }
         try:
             self.core.create_node(body)
