@@ -36,11 +36,12 @@ def simulator_model(name: str, namespace: str, replicas: int, **spec: dict[str, 
 
 
 @contextlib.contextmanager
-def bench_cluster(name: str, namespace: str) -> Iterator[tuple[LocalCluster, Path]]:
-    """A started cluster with the CRD, `namespace` and the checkpoint at NODE_CHECKPOINT; yields it
-    and the bench's work folder (under the system's temporary folder), and stops it at the end."""
+def bench_cluster(name: str, namespace: str, nodes: int = 1) -> Iterator[tuple[LocalCluster, Path]]:
+    """A started cluster of `nodes` nodes with the CRD, `namespace` and the checkpoint at
+    NODE_CHECKPOINT; yields it and the bench's work folder (under the system's temporary folder), and
+    stops it at the end."""
     work = Path(tempfile.mkdtemp(prefix=f"kvant-bench-{name}-"))
-    cluster = LocalCluster(work / "cluster")
+    cluster = LocalCluster(work / "cluster", nodes=nodes)
     make_tiny_checkpoint(cluster.node_path(NODE_CHECKPOINT))
     try:
         cluster.start_core()

@@ -6,8 +6,9 @@ A fault's `path` says what it may cost the load:
 - "control": off the data path (operator, control plane, Prometheus, S3, a full volume): nothing;
 - "data": it kills a process of `alpha` that carries requests (gate, engine, router): the requests in
   flight on it, at most one per client;
-- "outage": every replica at once (the node agent: see kvant_dev.faults.crash_node_agent): any
-  request sent before the models are whole again.
+- "outage": every replica at once (the node agent: see kvant_dev.faults.crash_node_agent), or all on
+  one lost node (its router's address stays in the Service until the node is marked): any request
+  sent before the models are whole again.
 After the models are whole again, no fault may cost a request.
 """
 
@@ -23,6 +24,7 @@ from typing import Literal
 from bench.soak.checks import of, pods, ready, started_since
 from bench.soak.stage import (
     ALPHA,
+    BETA,
     BUCKET,
     FILE_SOURCES,
     NS,
@@ -224,6 +226,71 @@ def _node_agent(scene: Scene, rng: random.Random) -> Hit:
     return Hit("node agent", inject, back)
 
 
+def _alpha_only_node(scene: Scene) -> str | None:
+    """A node that holds one of alpha's engines and none of beta's: draining or losing it takes one
+    replica of the two-replica model and leaves the one-replica model alone (a one-replica model has
+    nothing to fail over to; what it gives is a refused connection until it starts elsewhere)."""
+    listing = pods(scene)
+    alpha = {p.spec.node_name for p in of(listing, ALPHA.name, RoleKind.ENGINE)}
+    beta = {p.spec.node_name for p in of(listing, BETA.name, RoleKind.ENGINE)}
+    candidates = sorted(alpha - beta)
+    return candidates[0] if candidates else None
+
+
+def _node_drain(scene: Scene, rng: random.Random) -> Hit:
+    """`kubectl drain` of a node holding one of alpha's replicas (cordon, evictions through the PDBs),
+    uncordoned once its pods are gone."""
+    node = _alpha_only_node(scene)
+
+    def inject(hit: Hit) -> None:
+        if node is None:
+            hit.notes.append("no node holds alpha without beta (a node fault moved them): not hit")
+            _lift(hit)
+            return
+        evicted, refused = faults.drain_node(scene.cluster, node, NS)
+        hit.notes.append(f"{evicted} pods evicted from {node}, {refused} PDB refusals")
+        _lift(hit)  # the evictions are the fault; the replacements' starts are the recovery
+        _wait(lambda: not _on(scene, node), f"the drained pods to leave {node}")
+        _retry(lambda: scene.cluster.kubectl("uncordon", node))
+
+    return Hit(f"drain of {node or 'no node'}", inject)
+
+
+def _node_loss(scene: Scene, rng: random.Random) -> Hit:
+    """A node holding one of alpha's replicas goes silent (kvant_dev.nodeagent.node_faults): Kubernetes
+    marks it, evicts its pods after lostNodeSeconds, and starts them elsewhere. Once they are evicted
+    the node comes back, as a repaired node would, and confirms their deletion."""
+    node = _alpha_only_node(scene)
+
+    def inject(hit: Hit) -> None:
+        if node is None:
+            hit.notes.append("no node holds alpha without beta (a node fault moved them): not hit")
+            _lift(hit)
+            return
+        scene.cluster.lose_node(node)
+        _lift(hit)  # the loss is the fault, as a crash is; the move elsewhere is the recovery
+        lost_at = time.monotonic()
+        try:
+            _wait(
+                lambda: all(p.metadata.deletion_timestamp for p in _on(scene, node, deleting=True)),
+                f"the pods of {node} to be evicted",
+            )
+            hit.notes.append(f"{node} lost; its pods evicted {time.monotonic() - lost_at:.0f} s later")
+        finally:
+            scene.cluster.restore_node(node)
+
+    def back(listing: Pods, hit: Hit) -> bool:
+        return not [p for p in listing if p.spec.node_name == node]
+
+    return Hit(f"loss of {node or 'no node'}", inject, back)
+
+
+def _on(scene: Scene, node: str, deleting: bool = False) -> Pods:
+    """The namespace's pods on `node` (with those being deleted, if `deleting`)."""
+    found = client.CoreV1Api(scene.api()).list_namespaced_pod(NS).items
+    return [p for p in found if p.spec.node_name == node and (deleting or not p.metadata.deletion_timestamp)]
+
+
 def _volume(scene: Scene, rng: random.Random) -> Hit:
     """At its moment, a new model that converts is applied; the artifacts volume is filled as soon as
     its conversion Job exists (a tiny conversion takes seconds: later, it would be over), and freed
@@ -305,6 +372,8 @@ FAULTS = [
     Fault("s3", "control", SLOW_BOUND, _s3, arm_last=True),
     Fault("node-agent", "outage", SLOW_BOUND, _node_agent),
     Fault("volume-full", "control", SLOW_BOUND, _volume),
+    Fault("node-drain", "control", BOUND, _node_drain),
+    Fault("node-loss", "outage", SLOW_BOUND, _node_loss),
 ]
 
 

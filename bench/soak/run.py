@@ -15,18 +15,24 @@ containers (the node agent restarts it); delete one of alpha's router pods; SIGK
 or etcd (started again with the same data); stop Prometheus for 8-15 s; SIGKILL SeaweedFS for
 5-10 s while a new s3:// model's fetch is caught mid-file (throttled to 1 MiB/s through a proxy);
 SIGKILL the node agent and start it again; fill the artifacts volume (a 256 MiB tmpfs) as a new
-model's conversion Job starts, and free it once the conversion has failed (at most 60 s).
+model's conversion Job starts, and free it once the conversion has failed (at most 60 s); drain the
+node that holds one of alpha's replicas and none of beta's (cordon, evictions through the PDBs,
+uncordon once its pods left); lose that node (it stops reporting, kvant_dev.nodeagent.node_faults:
+Kubernetes marks it after 20 s and evicts its pods after the models' lostNodeSeconds, 10 s; the
+node comes back once they are evicted). The cluster has two nodes, and the models' pods spread over
+them by default.
 
 After each window, the invariants (bench/soak/checks.py), each a violation in the table:
 - every request ended 200 or a documented 429/503/408; others are lost. Lost may be: none to a
   "control" fault; at most one per client of alpha to a fault that kills a process carrying its
   requests; any sent before the models were whole again to the node agent's restart, which takes
-  every replica down (see below); none, for any fault, among requests sent after the models were
+  every replica down (see below), or to a node's loss (its router's address stays in the Service
+until the node is marked); none, for any fault, among requests sent after the models were
   whole again; and no request may hang past its 30 s bound;
 - every model whole again (QuantizedModel Ready for its generation, every engine and router pod
   Ready, each router listing every engine, the fault's own part: the killed container started
   again, CacheProtected True again, the fetched or converted model Ready) within the fault's bound
-  (90 s, or 150 s for the node agent, the store and the full volume), timed from the fault's
+  (90 s, or 150 s for the node agent, a lost node, the store and the full volume), timed from the fault's
   lifting: the kill itself for a crash (the supervisor's restart is recovery), the restart of a
   stopped server, the freeing of the volume;
 - no Job created twice for one attempt; no artifact or source folder published twice or partly

@@ -1,4 +1,4 @@
-"""What the soak runs on: a local cluster with its S3 store, its Prometheus and the operator, one
+"""What the soak runs on: a local cluster of two nodes with its S3 store, its Prometheus and the operator, one
 namespace whose artifacts volume is a small tmpfs (so it can be filled), and the two served models.
 
 - `alpha`: the tiny checkpoint from a node folder, converted to INT4 (FP8 KV, unit scales: a
@@ -36,6 +36,8 @@ ARTIFACTS_NODE = "/srv/soak/artifacts"  # the node folder of the namespace's kva
 ARTIFACTS_SIZE = "256m"  # its tmpfs: the models' artifacts and sources take a few tens of MiB
 FILE_SOURCES = "/var/lib/kvant/models"  # where file:// sources may be (the operator's prefix)
 MAX_RETRACTIONS_PER_MINUTE = 0  # the models' spec.protection.maxRetractionsPerMinute (the default)
+NODES = 2  # the node faults drain or lose one: the models' pods spread over both by default
+LOST_NODE_SECONDS = 10  # the models' spec.serving.placement.lostNodeSeconds: a lost node's pods move soon
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ def model_manifest(served: Served, prometheus_url: str) -> Obj:
             "maxRetractionsPerMinute": MAX_RETRACTIONS_PER_MINUTE,
             "metrics": {"intervalSeconds": 2, "prometheusURL": prometheus_url},
         },
+        "serving": {"placement": {"lostNodeSeconds": LOST_NODE_SECONDS}},
     }
     if served is ALPHA:
         return simulator_model(
@@ -125,7 +128,7 @@ def soak_scene() -> Iterator[Scene]:
     tmpfs unmounted) at the end. The models are applied by the caller."""
     mounted: list[Path] = []
     try:
-        with bench_cluster("soak", NS) as (cluster, work):
+        with bench_cluster("soak", NS, nodes=NODES) as (cluster, work):
             artifacts = cluster.node_path(ARTIFACTS_NODE)
             artifacts.mkdir(parents=True)
             tmpfs = ["mount", "-t", "tmpfs", "-o", f"size={ARTIFACTS_SIZE}", "kvant-soak", str(artifacts)]

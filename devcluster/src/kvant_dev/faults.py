@@ -1,10 +1,12 @@
 """Faults to inject into a local cluster, for tests and soaks that check Kvant keeps serving through them.
 
 Each action is one thing a real cluster suffers: a container's process dies (an OOM kill, a segfault),
-a pod is deleted (an eviction, a drain), etcd or kube-apiserver crashes and its supervisor starts it
-again, the node agent (the kubelet's stand-in) crashes and is started again, Prometheus or the S3
-store goes away for a while, a volume fills up. The operator is not here: it runs beside the
-cluster, and its owner (kvant_dev.operator_process.OperatorProcess) kills and restarts it.
+a pod is deleted (an eviction), a node is drained (cordon, then evictions through the PDBs), etcd or
+kube-apiserver crashes and its supervisor starts it again, the node agent (the kubelet's stand-in)
+crashes and is started again, Prometheus or the S3 store goes away for a while, a volume fills up. A
+node's loss and restart are the cluster's own (LocalCluster.lose_node, restore_node). The operator
+is not here: it runs beside the cluster, and its owner (kvant_dev.operator_process.OperatorProcess)
+kills and restarts it.
 
 An action that starts a process again starts it from the calling thread, and the local cluster ties
 each process to the thread that started it (setpriv's parent-death signal is per thread): call them
@@ -16,9 +18,11 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from kvant_dev.cluster import LocalCluster
 from kvant_dev.model_stores import ModelStores
@@ -56,6 +60,34 @@ def kill_container(cluster: LocalCluster, namespace: str, pod: str, container: s
 def delete_pod(cluster: LocalCluster, namespace: str, pod: str) -> None:
     """Deletes a pod with its grace period, as an eviction or a drain does; its controller replaces it."""
     cluster.kubectl("delete", "pod", "-n", namespace, pod, "--wait=false")
+
+
+def drain_node(cluster: LocalCluster, node: str, namespace: str, timeout: float = 240.0) -> tuple[int, int]:
+    """`kubectl drain` for one namespace's pods on `node`: cordons it, then evicts each pod through the
+    Eviction API, which refuses (429) while a PodDisruptionBudget allows no disruption, and tries the
+    refused ones again every 2 s until all are taken. Returns (pods evicted, refusals). The node stays
+    cordoned: uncordon it when the drain is over."""
+    cluster.kubectl("cordon", node)
+    core = client.CoreV1Api(cluster.api_client())
+    pending = [p.metadata.name for p in core.list_namespaced_pod(namespace).items if p.spec.node_name == node]
+    evicted, refused, deadline = len(pending), 0, time.monotonic() + timeout
+    while pending:
+        if time.monotonic() > deadline:
+            raise FaultError(f"the drain of {node} is stuck after {timeout:.0f} s on {pending}")
+        for name in list(pending):
+            eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
+            try:
+                core.create_namespaced_pod_eviction(name, namespace, eviction)
+            except ApiException as err:
+                if err.status == 429:  # a PodDisruptionBudget says not now
+                    refused += 1
+                    continue
+                if err.status != 404:  # 404: gone already
+                    raise
+            pending.remove(name)
+        if pending:
+            time.sleep(2.0)
+    return evicted, refused
 
 
 def crash_control_plane(cluster: LocalCluster, name: str) -> None:
