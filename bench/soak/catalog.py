@@ -19,9 +19,10 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal
 
-from bench.soak.checks import of, pods, ready, started_since
+from bench.soak.checks import missing, of, pods, ready, started_since
 from bench.soak.stage import (
     ALPHA,
     BETA,
@@ -218,9 +219,9 @@ def _node_agent(scene: Scene, rng: random.Random) -> Hit:
         faults.crash_node_agent(scene.cluster)
 
     def back(listing: Pods, hit: Hit) -> bool:
-        served = [
-            p for p in listing if (p.metadata.labels or {}).get(MODEL_LABEL) in {s.name for s in SERVED}
-        ]
+        # The serving pods only: a model's finished Job pods (its plan) are not started again, by the
+        # agent or by a kubelet (a soak run waited 150 s on alpha's completed plan pod, 2026-12-05).
+        served = [p for s in SERVED for kind in RoleKind for p in of(listing, s.name, kind)]
         return all(started_since(p, c.name, hit.wall) for p in served for c in p.spec.containers)
 
     return Hit("node agent", inject, back)
@@ -237,14 +238,41 @@ def _alpha_only_node(scene: Scene) -> str | None:
     return candidates[0] if candidates else None
 
 
+def _spread_alpha(scene: Scene) -> tuple[str | None, str]:
+    """A node holding one of alpha's engines and none of beta's, and how it came to be. When an earlier
+    drain or loss left alpha all on beta's node (Kubernetes moves nothing back on its own; a
+    descheduler would), one of alpha's engines and one of its routers there are deleted, gracefully,
+    and their replacements start on the other node: the soak's arming, before the window's load."""
+    node = _alpha_only_node(scene)
+    if node is not None:
+        return node, ""
+    listing = pods(scene)
+    crowded = {p.spec.node_name for p in of(listing, BETA.name, RoleKind.ENGINE)}
+    moved = []
+    for kind in RoleKind:
+        there = [p for p in of(listing, ALPHA.name, kind) if p.spec.node_name in crowded]
+        if len(there) == len(of(listing, ALPHA.name, kind)) and there:
+            name = str(there[0].metadata.name)
+            _retry(partial(faults.delete_pod, scene.cluster, NS, name))
+            moved.append(name)
+
+    def spread() -> bool:
+        now = pods(scene)
+        return _alpha_only_node(scene) is not None and not any(missing(scene, s, now) for s in SERVED)
+
+    _wait(spread, "alpha to spread over both nodes again")
+    return _alpha_only_node(scene), f"alpha spread again first ({', '.join(moved)} deleted)"
+
+
 def _node_drain(scene: Scene, rng: random.Random) -> Hit:
     """`kubectl drain` of a node holding one of alpha's replicas (cordon, evictions through the PDBs),
     uncordoned once its pods are gone."""
-    node = _alpha_only_node(scene)
+    node, spread = _spread_alpha(scene)
 
     def inject(hit: Hit) -> None:
+        hit.notes += [spread] if spread else []
         if node is None:
-            hit.notes.append("no node holds alpha without beta (a node fault moved them): not hit")
+            hit.notes.append("no node holds alpha without beta: not hit")
             _lift(hit)
             return
         evicted, refused = faults.drain_node(scene.cluster, node, NS)
@@ -260,11 +288,12 @@ def _node_loss(scene: Scene, rng: random.Random) -> Hit:
     """A node holding one of alpha's replicas goes silent (kvant_dev.nodeagent.node_faults): Kubernetes
     marks it, evicts its pods after lostNodeSeconds, and starts them elsewhere. Once they are evicted
     the node comes back, as a repaired node would, and confirms their deletion."""
-    node = _alpha_only_node(scene)
+    node, spread = _spread_alpha(scene)
 
     def inject(hit: Hit) -> None:
+        hit.notes += [spread] if spread else []
         if node is None:
-            hit.notes.append("no node holds alpha without beta (a node fault moved them): not hit")
+            hit.notes.append("no node holds alpha without beta: not hit")
             _lift(hit)
             return
         scene.cluster.lose_node(node)

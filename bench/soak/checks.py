@@ -1,7 +1,8 @@
 """The soak's invariants, each read from the cluster or the artifacts volume as it stands.
 
-- `whole`: a served model is back: its QuantizedModel Ready for its generation, every engine pod and
-  router Ready, each router listing every engine (from one pod listing);
+- `missing`: what keeps a served model from being whole ("" once it is): its QuantizedModel Ready
+  for its generation, every engine pod and router Ready, each router listing every engine (from one
+  pod listing);
 - `JobLedger`: no Job made twice for one attempt (the same name with a new uid, or two Jobs for one
   artifact or source key and attempt);
 - `ArtifactLedger`: every published folder on the volume checks against its manifest (sizes and
@@ -50,19 +51,22 @@ def of(listing: list[client.V1Pod], model: str, kind: RoleKind) -> list[client.V
     return [p for p in listing if labels.items() <= (p.metadata.labels or {}).items()]
 
 
-def whole(scene: Scene, served: Served, listing: list[client.V1Pod]) -> bool:
+def missing(scene: Scene, served: Served, listing: list[client.V1Pod]) -> str:
+    """What keeps a served model from being whole, in words ("" when it is): the model not Ready for
+    its generation, engine or router pods not there or not ready, a router not listing every engine."""
     if not ready(scene, served.name):
-        return False
+        return f"{served.name} not Ready for its generation"
     engines, routers = of(listing, served.name, RoleKind.ENGINE), of(listing, served.name, RoleKind.ROUTER)
-    return (
-        len(engines) == served.replicas
-        and all(pod_ready(p) for p in engines)
-        and len(routers) == served.routers
-        and all(
-            pod_ready(p) and p.metadata.uid not in scene.gone and workers(p) == served.replicas
-            for p in routers
-        )
-    )
+    if len(engines) != served.replicas or len(routers) != served.routers:
+        return f"{served.name}: {len(engines)} engine and {len(routers)} router pods"
+    gaps = [f"{p.metadata.name} not ready" for p in [*engines, *routers] if not pod_ready(p)]
+    gaps += [f"{p.metadata.name} deleted by the fault" for p in routers if p.metadata.uid in scene.gone]
+    for router in routers:
+        if router.metadata.uid not in scene.gone and pod_ready(router):
+            listed = workers(router)
+            if listed != served.replicas:
+                gaps.append(f"{router.metadata.name} lists {listed} engines")
+    return "; ".join(gaps)
 
 
 def ready(scene: Scene, name: str) -> bool:

@@ -90,7 +90,7 @@ from pathlib import Path
 # Run by path, the bench has its own folder on sys.path, not the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.soak.catalog import BOUND, Fault, Hit, schedule
-from bench.soak.checks import ArtifactLedger, JobLedger, RetractionLedger, leftovers, pods, whole
+from bench.soak.checks import ArtifactLedger, JobLedger, RetractionLedger, leftovers, missing, pods
 from bench.soak.load import Window, start_load
 from bench.soak.report import Row, count, memory_row, table
 from bench.soak.stage import (
@@ -145,17 +145,22 @@ def shape(name: str, seconds: float, clients: int) -> LoadShape:
     )
 
 
-def wait_whole(scene: Scene, hits: list[Hit], deadline: float) -> float | None:
-    """The moment every served model (and each fault's own part) is back, or None at `deadline`."""
+def wait_whole(scene: Scene, hits: list[Hit], deadline: float) -> tuple[float | None, str]:
+    """The moment every served model (and each fault's own part) is back, or None at `deadline` with
+    what was still missing at the last look."""
+    gap = "never looked"
     while time.monotonic() < deadline:
         try:
             listing = pods(scene)
-            if all(whole(scene, s, listing) for s in SERVED) and all(h.back(listing, h) for h in hits):
-                return time.monotonic()
-        except API_DOWN:
-            pass
+            gaps = [g for g in (missing(scene, s, listing) for s in SERVED) if g]
+            gaps += [f"{h.target} not back" for h in hits if not h.back(listing, h)]
+            if not gaps:
+                return time.monotonic(), ""
+            gap = "; ".join(gaps)
+        except API_DOWN as err:
+            gap = f"the API did not answer: {err!r}"
         time.sleep(0.5)
-    return None
+    return None, gap
 
 
 def setup(scene: Scene, ledgers: Ledgers, args: argparse.Namespace) -> Row:
@@ -165,9 +170,9 @@ def setup(scene: Scene, ledgers: Ledgers, args: argparse.Namespace) -> Row:
     applied = time.monotonic()
     for served in SERVED:
         apply_model(scene, model_manifest(served, prometheus.url))
-    whole_at = wait_whole(scene, [], applied + SETUP_BOUND)
+    whole_at, gap = wait_whole(scene, [], applied + SETUP_BOUND)
     if whole_at is None:
-        row.violations.append(f"not whole within {SETUP_BOUND:.0f} s")
+        row.violations.append(f"not whole within {SETUP_BOUND:.0f} s: {gap}")
         return row
     row.ready_seconds = whole_at - applied
     ledgers.retractions.read(scene, SERVED)
@@ -240,9 +245,9 @@ def run_window(
         injection.result(timeout=300)
     lifted = max(h.lifted or time.monotonic() for h in hits)
     row.violations += [h.error for h in hits if h.error]
-    whole_at = wait_whole(scene, hits, lifted + row.bound)
+    whole_at, gap = wait_whole(scene, hits, lifted + row.bound)
     if whole_at is None:
-        row.violations.append(f"not whole within {row.bound:.0f} s")
+        row.violations.append(f"not whole within {row.bound:.0f} s: {gap}")
     else:
         row.ready_seconds = max(0.0, whole_at - lifted)
     load.join(timeout=args.window + 40)

@@ -103,10 +103,9 @@ def crash_node_agent(cluster: LocalCluster) -> None:
     Unlike a kubelet, which finds its running containers again through the container runtime, the
     local agent holds its containers as child processes and cannot adopt them: they die with it (the
     cluster ties pods to the agent) and the new agent starts every container of every pod again, in
-    the same pod objects. For the pods this fault is a node reboot, not a kubelet restart. The new
-    agent also hands out pod IPs afresh, so a pod may come back on another address; the apiserver then
-    refuses its status updates (a strategic merge of status.podIPs keyed by IP gives two IPv4
-    addresses), and the pod never turns Ready again (bench/README.md, "Fault soak")."""
+    the same pod objects. For the pods this fault is a reboot of every node, not a kubelet restart.
+    Each pod keeps its address (the apiserver merges status.podIPs by IP, so a new one would sit
+    beside the old and every status update would be refused: kvant_dev.nodeagent.agent)."""
     if cluster.node_agent is None:
         raise FaultError("the cluster runs no node agent (start_workloads was not called)")
     cluster.node_agent.restart(grace_seconds=0.0)
