@@ -296,28 +296,36 @@ def _node_loss(scene: Scene, rng: random.Random) -> Hit:
             hit.notes.append("no node holds alpha without beta: not hit")
             _lift(hit)
             return
+        lost.update(str(p.metadata.uid) for p in _serving_on(scene, node))
         scene.cluster.lose_node(node)
         _lift(hit)  # the loss is the fault, as a crash is; the move elsewhere is the recovery
         lost_at = time.monotonic()
         try:
-            _wait(
-                lambda: all(p.metadata.deletion_timestamp for p in _on(scene, node, deleting=True)),
-                f"the pods of {node} to be evicted",
-            )
-            hit.notes.append(f"{node} lost; its pods evicted {time.monotonic() - lost_at:.0f} s later")
+            # The served models' pods: a finished Job pod keeps Kubernetes' default 300 s toleration.
+            _wait(lambda: not _serving_on(scene, node), f"the serving pods of {node} to be evicted")
+            evicted = time.monotonic() - lost_at
+            hit.notes.append(f"{node} lost; its serving pods evicted {evicted:.0f} s later")
         finally:
             scene.cluster.restore_node(node)
 
+    lost: set[str] = set()  # the serving pods the node held when it went
+
     def back(listing: Pods, hit: Hit) -> bool:
-        return not [p for p in listing if p.spec.node_name == node]
+        # Gone, not merely away from the node: back, the node may rightly take their replacements.
+        return not [p for p in listing if p.metadata.uid in lost]
 
     return Hit(f"loss of {node or 'no node'}", inject, back)
 
 
-def _on(scene: Scene, node: str, deleting: bool = False) -> Pods:
-    """The namespace's pods on `node` (with those being deleted, if `deleting`)."""
-    found = client.CoreV1Api(scene.api()).list_namespaced_pod(NS).items
-    return [p for p in found if p.spec.node_name == node and (deleting or not p.metadata.deletion_timestamp)]
+def _on(scene: Scene, node: str) -> Pods:
+    """The namespace's pods on `node` that are not being deleted."""
+    return [p for p in pods(scene) if p.spec.node_name == node]
+
+
+def _serving_on(scene: Scene, node: str) -> Pods:
+    """The served models' engine and router pods on `node` that are not being deleted."""
+    listing = _on(scene, node)
+    return [p for s in SERVED for kind in RoleKind for p in of(listing, s.name, kind)]
 
 
 def _volume(scene: Scene, rng: random.Random) -> Hit:
