@@ -266,7 +266,7 @@ def _spread_alpha(scene: Scene) -> tuple[str | None, str]:
 
 def _node_drain(scene: Scene, rng: random.Random) -> Hit:
     """`kubectl drain` of a node holding one of alpha's replicas (cordon, evictions through the PDBs),
-    uncordoned once its pods are gone."""
+    uncordoned once every pod there is evicted (its replacements are placed by then)."""
     node, spread = _spread_alpha(scene)
 
     def inject(hit: Hit) -> None:
@@ -289,6 +289,7 @@ def _node_loss(scene: Scene, rng: random.Random) -> Hit:
     marks it, evicts its pods after lostNodeSeconds, and starts them elsewhere. Once they are evicted
     the node comes back, as a repaired node would, and confirms their deletion."""
     node, spread = _spread_alpha(scene)
+    lost: set[str] = set()  # the serving pods the node held when it went
 
     def inject(hit: Hit) -> None:
         hit.notes += [spread] if spread else []
@@ -307,8 +308,6 @@ def _node_loss(scene: Scene, rng: random.Random) -> Hit:
             hit.notes.append(f"{node} lost; its serving pods evicted {evicted:.0f} s later")
         finally:
             scene.cluster.restore_node(node)
-
-    lost: set[str] = set()  # the serving pods the node held when it went
 
     def back(listing: Pods, hit: Hit) -> bool:
         # Gone, not merely away from the node: back, the node may rightly take their replacements.
