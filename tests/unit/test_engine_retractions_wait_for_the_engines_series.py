@@ -63,7 +63,13 @@ def test_a_page_without_the_engine_is_read_again_not_taken_as_zero(serve, monkey
     monkeypatch.setattr("kvant_dev.loadgen.time.sleep", lambda _seconds: None)
     pages = Pages([GATE_ONLY, GATE_ONLY, WITH_ENGINE])
     assert engine_retractions(serve(pages)) == 14.0
-    assert pages.served == 3
+    assert pages.served == 2 + loadgen.COUNTER_READS
+
+
+def test_a_counter_the_page_leaves_out_once_is_not_read_as_zero(serve, monkeypatch) -> None:
+    monkeypatch.setattr("kvant_dev.loadgen.time.sleep", lambda _seconds: None)
+    no_counter = GATE_ONLY + 'sglang:num_running_reqs{model_name="m"} 0.0\n'
+    assert engine_retractions(serve(Pages([no_counter, WITH_ENGINE, no_counter]))) == 14.0
 
 
 def test_an_engine_that_never_shows_is_an_error_naming_it(serve, monkeypatch) -> None:

@@ -152,6 +152,9 @@ class EngineMetricsMissing(Exception):
 # Reads of a page that lacks the engine's series before giving up: the gate's merged page leaves the
 # engine out when its read of the engine fails (a busy CPU engine, a few seconds).
 ENGINE_METRICS_ATTEMPTS = 30
+# Reads of the counter itself, the largest kept: SGLang's page sometimes leaves the counter out while
+# its other series are there (a rehearsal read 12, then 0, with no engine restart: 2026-12-05).
+COUNTER_READS = 3
 
 
 def engine_retractions(metrics_url: str) -> float:
@@ -160,8 +163,13 @@ def engine_retractions(metrics_url: str) -> float:
 
     A merged page the gate served without the engine's series is read again, a second apart: read
     as 0 it made a phase's difference count every earlier retraction (a CI run reported 15 for a
-    phase whose engine log shows 1, 2026-12-05) or go negative. Raises EngineMetricsMissing when
-    the engine stays out of the page."""
+    phase whose engine log shows 1, 2026-12-05) or go negative. The counter is read COUNTER_READS
+    times and the largest kept, since a counter only falls when its engine restarts. Raises
+    EngineMetricsMissing when the engine stays out of the page."""
+    return max(_one_read(metrics_url) for _ in range(COUNTER_READS))
+
+
+def _one_read(metrics_url: str) -> float:
     for attempt in range(ENGINE_METRICS_ATTEMPTS):
         with urllib.request.urlopen(f"{metrics_url}/metrics", timeout=5) as response:
             text = response.read().decode()

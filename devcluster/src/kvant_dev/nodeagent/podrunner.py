@@ -77,6 +77,11 @@ class PodRunner:
 
     def tick(self) -> None:
         if not self.prepared:
+            # As a kubelet syncs a pod's status before it starts its containers: a pod this agent
+            # starts again (after its own restart, or a node's) still reads Ready from before, and
+            # its Service and router would send requests to containers that have only just started
+            # (a restarted router answered them before it knew any engine).
+            self.report()
             self._prepare()
         if self.prepared and self.phase() not in ("Succeeded", "Failed"):
             self.volumes.refresh()
