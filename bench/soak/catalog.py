@@ -221,8 +221,7 @@ def _node_agent(scene: Scene, rng: random.Random) -> Hit:
     def back(listing: Pods, hit: Hit) -> bool:
         # The serving pods only: a model's finished Job pods (its plan) are not started again, by the
         # agent or by a kubelet (a soak run waited 150 s on alpha's completed plan pod, 2026-12-05).
-        served = [p for s in SERVED for kind in RoleKind for p in of(listing, s.name, kind)]
-        return all(started_since(p, c.name, hit.wall) for p in served for c in p.spec.containers)
+        return all(started_since(p, c.name, hit.wall) for p in _serving(listing) for c in p.spec.containers)
 
     return Hit("node agent", inject, back)
 
@@ -264,16 +263,22 @@ def _spread_alpha(scene: Scene) -> tuple[str | None, str]:
     return _alpha_only_node(scene), f"alpha spread again first ({', '.join(moved)} deleted)"
 
 
+def _aimed(hit: Hit, node: str | None, spread: str) -> bool:
+    """Whether a node fault has its node; notes how it got one, or lifts the fault as not hit."""
+    hit.notes += [spread] if spread else []
+    if node is None:
+        hit.notes.append("no node holds alpha without beta: not hit")
+        _lift(hit)
+    return node is not None
+
+
 def _node_drain(scene: Scene, rng: random.Random) -> Hit:
     """`kubectl drain` of a node holding one of alpha's replicas (cordon, evictions through the PDBs),
     uncordoned once every pod there is evicted (its replacements are placed by then)."""
     node, spread = _spread_alpha(scene)
 
     def inject(hit: Hit) -> None:
-        hit.notes += [spread] if spread else []
-        if node is None:
-            hit.notes.append("no node holds alpha without beta: not hit")
-            _lift(hit)
+        if not _aimed(hit, node, spread) or node is None:  # (the second for the type checker)
             return
         evicted, refused = faults.drain_node(scene.cluster, node, NS)
         hit.notes.append(f"{evicted} pods evicted from {node}, {refused} PDB refusals")
@@ -292,10 +297,7 @@ def _node_loss(scene: Scene, rng: random.Random) -> Hit:
     lost: set[str] = set()  # the serving pods the node held when it went
 
     def inject(hit: Hit) -> None:
-        hit.notes += [spread] if spread else []
-        if node is None:
-            hit.notes.append("no node holds alpha without beta: not hit")
-            _lift(hit)
+        if not _aimed(hit, node, spread) or node is None:  # (the second for the type checker)
             return
         lost.update(str(p.metadata.uid) for p in _serving_on(scene, node))
         scene.cluster.lose_node(node)
@@ -323,7 +325,11 @@ def _on(scene: Scene, node: str) -> Pods:
 
 def _serving_on(scene: Scene, node: str) -> Pods:
     """The served models' engine and router pods on `node` that are not being deleted."""
-    listing = _on(scene, node)
+    return _serving(_on(scene, node))
+
+
+def _serving(listing: Pods) -> Pods:
+    """The served models' engine and router pods in `listing` (not their Job pods)."""
     return [p for s in SERVED for kind in RoleKind for p in of(listing, s.name, kind)]
 
 
