@@ -37,6 +37,7 @@ class LoadResult:
     good_tokens: int = 0  # of requests that completed within the SLO
     latencies: list[float] = field(default_factory=list)
     errors: int = 0
+    first_refusal: str = ""  # the first answer other than 200, status and body: what a failure shows
 
     @property
     def goodput(self) -> float:
@@ -78,7 +79,10 @@ async def _client(
                     result.latencies.append(latency)
                     result.completed_tokens += tokens
                     result.good_tokens += tokens if latency <= result.slo_seconds else 0
-                elif response.status in (429, 503):
+                    continue
+                if not result.first_refusal:
+                    result.first_refusal = f"{response.status} {(await response.text())[:300]}"
+                if response.status in (429, 503):
                     await asyncio.sleep(float(response.headers.get("Retry-After", "1")) / 4)
         except (aiohttp.ClientError, TimeoutError):
             result.errors += 1

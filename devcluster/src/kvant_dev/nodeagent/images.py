@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
+
+from kvant_dev.releases import tree_for_tag
 
 _MAP_FILE = Path(__file__).with_name("images.yaml")
 
@@ -23,6 +25,9 @@ class LocalImage:
     # project's own: the real SGLang engine has an environment of its own (hack/engine-image.sh).
     bin_dir: Path | None = None
     missing: str | None = None  # why the image cannot run here (its environment is not built)
+    # Kvant's own images: a `git-<commit>` tag runs that commit's source (kvant_dev.releases).
+    project: bool = False
+    source_tree: Path | None = None  # the earlier commit's tree this image runs, where its tag names one
 
 
 def load_image_map(environments: Callable[[str], Path | None] | None = None) -> dict[str, LocalImage]:
@@ -33,7 +38,7 @@ def load_image_map(environments: Callable[[str], Path | None] | None = None) -> 
         entrypoint = [str(part) for part in spec["entrypoint"]]  # type: ignore[attr-defined]
         environment = spec.get("environment")
         if environment is None:
-            images[name] = LocalImage(name, entrypoint)
+            images[name] = LocalImage(name, entrypoint, project=bool(spec.get("project", False)))
             continue
         found = environments(str(environment)) if environments is not None else None
         missing = (
@@ -44,9 +49,16 @@ def load_image_map(environments: Callable[[str], Path | None] | None = None) -> 
 
 
 def repository_name(image: str) -> str:
-    without_digest = image.split("@", 1)[0]
-    last = without_digest.rsplit("/", 1)[-1]
-    return last.split(":", 1)[0]
+    return _last_component(image).split(":", 1)[0]
+
+
+def image_tag(image: str) -> str:
+    last = _last_component(image)
+    return last.split(":", 1)[1] if ":" in last else "latest"
+
+
+def _last_component(image: str) -> str:
+    return image.split("@", 1)[0].rsplit("/", 1)[-1]
 
 
 def resolve(image: str, image_map: dict[str, LocalImage]) -> LocalImage:
@@ -61,4 +73,9 @@ def resolve(image: str, image_map: dict[str, LocalImage]) -> LocalImage:
         raise UnsupportedImageError(
             f"image {image!r} cannot run on the Kvant local node agent: {found.missing}"
         )
-    return found
+    if not found.project:
+        return found
+    tree = tree_for_tag(image_tag(image))
+    if isinstance(tree, str):
+        raise UnsupportedImageError(f"image {image!r} cannot run on the Kvant local node agent: {tree}")
+    return found if tree is None else replace(found, source_tree=tree)

@@ -18,6 +18,7 @@ from kvant_dev.nodeagent.images import LocalImage, UnsupportedImageError, resolv
 from kvant_dev.nodeagent.rootfs import Mount, MountError, resolve_mount_path, root_view_argv, sub_path
 from kvant_dev.nodeagent.sandbox import PodNetwork, PodSandbox
 from kvant_dev.nodeagent.volumes import PodVolumes, TokenSource, VolumeNotReadyError
+from kvant_dev.releases import python_path
 
 Obj = dict[str, Any]
 log = logging.getLogger("kvant.nodeagent.pod")
@@ -228,6 +229,8 @@ class PodRunner:
         env = {**self.ctx.base_env(self.namespace), "HOSTNAME": self.sandbox.hostname, "HOME": str(home)}
         if image.bin_dir is not None:  # an image with an environment of its own: its Python first
             env["PATH"] = f"{image.bin_dir}:{env['PATH']}"
+        if image.source_tree is not None:  # an earlier commit's image: its packages ahead of this checkout's
+            env["PYTHONPATH"] = python_path(image.source_tree)
         return env
 
     def _pod_with_ips(self) -> Obj:
