@@ -76,3 +76,28 @@ def test_a_source_no_type_serves_is_an_invalid_spec_without_a_job() -> None:
         and "s3://<bucket>/<prefix>" in degraded["message"]
     )
     assert kube.created == []
+
+
+def test_a_newer_crds_fields_are_left_out_and_said_once_per_generation() -> None:
+    """Between an upgrade's CRD and its operator, the API server shows the new CRD's defaults: the
+    running operator reconciles what it knows instead of failing every model (reconcile/newer_fields)."""
+    model = body()
+    model["spec"]["serving"]["laterField"] = {"mode": "new"}
+    model["spec"]["newerSection"] = {"enabled": True}
+    kube = MemoryKube()
+    first = Reconciler(kube, SETTINGS).reconcile(model, now=NOW)
+    assert first.status["phase"] == "Pending"
+    assert _conditions(first)["Degraded"] == ("False", "AsExpected")
+    warning = [e for e in first.events if e[1] == "UnknownFields"]
+    assert len(warning) == 1 and "spec.serving.laterField, spec.newerSection" in warning[0][2]
+    model["status"] = first.status  # this generation observed: not said again
+    again = Reconciler(kube, SETTINGS).reconcile(model, now=NOW)
+    assert not [e for e in again.events if e[1] == "UnknownFields"]
+
+
+def test_an_unknown_field_next_to_an_invalid_one_is_still_an_invalid_spec() -> None:
+    model = body(limits={"maxConcurrency": 0})
+    model["spec"]["newerSection"] = {"enabled": True}
+    outcome = Reconciler(MemoryKube(), SETTINGS).reconcile(model, now=NOW)
+    assert outcome.status["phase"] == "Failed"
+    assert _conditions(outcome)["Degraded"] == ("True", "InvalidSpec")

@@ -19,8 +19,9 @@ from kvant_operator.protection.loop import ProtectionResult
 from kvant_operator.reconcile.artifact_step import ensure_artifact
 from kvant_operator.reconcile.evaluation_step import gate_on_evaluation
 from kvant_operator.reconcile.fetch_step import ensure_source
+from kvant_operator.reconcile.newer_fields import newer_fields_event, without_newer_fields
 from kvant_operator.reconcile.plan_step import ensure_plan
-from kvant_operator.reconcile.serving_step import ready_while_blocked, serve
+from kvant_operator.reconcile.serving_step import ready_while_blocked, serve, spec_changed
 from kvant_operator.reconcile.state import Blocked, ConditionLog, Obj, Outcome, Pass
 from kvant_operator.reconcile.status_patch import invalid_spec, outcome
 from kvant_operator.settings import OperatorSettings
@@ -37,19 +38,25 @@ class Reconciler:
         protection: ProtectionResult | None = None,
         resync: bool = True,
         now: datetime | None = None,
+        pod_work: dict[str, float] | None = None,
     ) -> Outcome:
         """`protection` is this pass's protection step, when one ran; it joins the same status write.
-        `resync` False skips re-applying serving objects: the caller knows nothing changed since."""
+        `resync` False skips re-applying serving objects: the caller knows nothing changed since.
+        `pod_work` is each serving pod's KV usage in the last protection step (a scale-in's order)."""
         status = body.get("status") or {}
         log = ConditionLog(
             [Condition.model_validate(c) for c in status.get("conditions") or []],
             int(body["metadata"].get("generation", 0)),
             now or datetime.now(UTC).replace(microsecond=0),
         )
+        newer: list[str] = []
         try:
             spec = QuantizedModel.model_validate(body).spec
         except ValidationError as err:
-            return invalid_spec(body, log, err)
+            known = without_newer_fields(body, err)
+            if known is None:
+                return invalid_spec(body, log, err)
+            spec, newer = QuantizedModel.model_validate(known[0]).spec, known[1]
         p = Pass(
             body,
             spec,
@@ -60,7 +67,10 @@ class Reconciler:
             artifact=ArtifactStatus.model_validate(status["artifact"]) if status.get("artifact") else None,
             protection=protection,
             resync=resync,
+            pod_work=dict(pod_work or {}),
         )
+        if newer and spec_changed(body):  # once per generation
+            p.events.append(newer_fields_event(newer))
         try:
             refusal = file_source_refusal(spec.source.uri, self.settings.file_source_prefixes)
             if refusal is not None:
