@@ -7,7 +7,8 @@ controller in kube-controller-manager scales the QuantizedModel through its scal
 - While it scales out, the protection loop keeps each gate's concurrency inside its bounds: the two
   loops pull the same way (a narrowed limit shows as more demand), they do not fight.
 - When the load stops, it scales back to 1, and no request sent during the scale-in fails: a replica
-  being removed turns not-ready and finishes what it holds before it exits.
+  being removed turns not-ready and finishes what it holds before it exits. Before the replicas drop,
+  the operator writes each pod's KV usage as its deletion cost, and the one that stays held the most.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from e2e.qm import apply, get_qm, metric_value, metrics_url, service_url, servin
 from e2e.test_real_engine_serves_and_is_protected import ONE_ROUTER, READY_SECONDS, chat_model
 from e2e.test_router_discovers_engines_and_serves import ask
 from kvant_contracts.autoscaling import DEMAND_GAUGE
+from kvant_operator.render.meta import DELETION_COST
 from kvant_operator.render.roles import engine_selector
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
@@ -270,12 +272,22 @@ def scale_out_and_in(cluster: Any, namespace: str, model: dict[str, Any], shape:
         # serving_pods leaves out pods being deleted; these count until they have drained and exited.
         core, engines = client.CoreV1Api(cluster.api_client()), engine_selector(MODEL)
 
+        costs: dict[str, int] = {}  # each pod's deletion cost, as the scale-in left it
+
         def removed_exited() -> bool:
             pods = core.list_namespaced_pod(namespace, label_selector=engines).items
             refusals.read(pods)
+            for pod in pods:  # a removed pod is seen while it drains, its cost written before
+                cost = (pod.metadata.annotations or {}).get(DELETION_COST)
+                if cost is not None:
+                    costs[pod.metadata.name] = int(cost)
             return len(pods) == 1
 
-        wait_for(removed_exited, 240, "the removed replicas to drain and exit", interval=1)
+        wait_for(removed_exited, 240, "the removed replicas to drain and exit", interval=0.5)
+        # The operator wrote each pod's work as its deletion cost before it lowered the replicas
+        # (reconcile/scale_in.py): the replica that stays is one that held the most.
+        survivor = serving_pods(cluster, namespace, MODEL)[0].metadata.name
+        assert survivor in costs and costs[survivor] == max(costs.values()), (survivor, costs)
         gone_at = time.monotonic() - started
         time.sleep(5)  # requests sent while the last pod left get their answers
         load.rate = 0

@@ -13,6 +13,7 @@ import yaml
 
 from kvant_operator.namespace_nudge import PODS_GONE_ANNOTATION
 from kvant_operator.render.gate_access import gate_identity
+from kvant_operator.render.meta import DELETION_COST
 from tests.helm_chart import CHART, render
 from tests.kube_wait import wait_for
 
@@ -35,6 +36,7 @@ OPERATOR_CAN = [  # (verb, resource): every call in kvant_operator/kube.py and k
     ("watch", "configmaps"),
     ("list", "pods"),
     ("watch", "pods"),
+    ("patch", "pods"),  # one annotation only: pod-writes.yaml, tested below
     ("patch", "serviceaccounts"),
     ("patch", "roles.rbac.authorization.k8s.io"),
     ("patch", "rolebindings.rbac.authorization.k8s.io"),
@@ -253,3 +255,46 @@ def test_the_operator_may_mark_a_deleted_namespace_and_change_nothing_else_of_it
         assert answer.returncode != 0 and "Kvant's operator may" in answer.stderr, (refused, answer.stderr)
     marked = patch({"metadata": {"annotations": {PODS_GONE_ANNOTATION: "2026-12-05T00:00:00Z"}}})
     assert marked.returncode == 0, marked.stderr
+
+
+@pytest.mark.parametrize("account", ["namespaced", "clusterwide"])
+def test_the_operator_may_write_a_pods_deletion_cost_and_change_nothing_else_of_it(
+    request: pytest.FixtureRequest, account: str
+):
+    """reconcile/scale_in's one write on a pod (its deletion cost) is allowed; the chart's
+    ValidatingAdmissionPolicy refuses every other change RBAC's pod patch would allow, such as a new
+    label (which moves a pod into another Service) or another annotation."""
+    sa: Account = request.getfixturevalue(account)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "scale-in-probe", "namespace": WATCHED, "labels": {"kvant.dev/model": "tiny"}},
+        "spec": {"containers": [{"name": "engine", "image": "ghcr.io/kvant-dev/kvant-runtime:0.1.0"}]},
+    }
+    # This API server runs no controller-manager to make the namespace's default ServiceAccount.
+    account_of_pod = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}
+    sa.cluster.kubectl("apply", "-n", WATCHED, "--server-side", "-f", "-", input=json.dumps(account_of_pod))
+    sa.cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(pod))
+    assert sa.can("patch", "pods", WATCHED)
+    assert not sa.can("create", "pods", WATCHED) and not sa.can("delete", "pods", WATCHED)
+    if account == "namespaced":
+        assert not sa.can("patch", "pods", EXCLUDED)
+
+    def patch(body: dict[str, Any]) -> Any:  # strategic: a container is merged by its name
+        return sa.cluster.kubectl(
+            "patch", "pod", "scale-in-probe", f"--namespace={WATCHED}", f"--as={sa.user}",
+            "--type=strategic", "--dry-run=server", "-p", json.dumps(body), check=False,
+        )  # fmt: skip
+
+    relabel = {"metadata": {"labels": {"kvant.dev/model": "other"}}}
+    wait_for(lambda: patch(relabel).returncode != 0, 30, "the pod-writes policy to take effect")
+    assert "may not change a pod's labels" in patch(relabel).stderr
+    for refused in (
+        {"metadata": {"annotations": {"someone-else": "x"}}},
+        {"metadata": {"finalizers": ["kvant.dev/hold"]}},
+        {"spec": {"containers": [{"name": "engine", "image": "registry.example/other:1"}]}},
+    ):
+        answer = patch(refused)
+        assert answer.returncode != 0 and "Kvant's operator may" in answer.stderr, (refused, answer.stderr)
+    costed = patch({"metadata": {"annotations": {DELETION_COST: "40"}}})
+    assert costed.returncode == 0, costed.stderr

@@ -28,6 +28,7 @@ class MemoryKube:
         self.deleted: list[Key] = []
         self.statuses: list[Obj] = []
         self.events: list[tuple[str, str, str]] = []
+        self.annotated: list[tuple[str, str, str]] = []  # (pod, key, value), in order
         self._uids = itertools.count(1)
 
     # -- the door ----------------------------------------------------------------------------------------
@@ -87,6 +88,11 @@ class MemoryKube:
     def pod_log(self, namespace: str, pod: str, container: str, tail_lines: int | None = None) -> str:
         lines = self.logs.get((namespace, pod, container), "").splitlines()
         return "\n".join(lines[-tail_lines:] if tail_lines else lines)
+
+    def annotate_pod(self, namespace: str, name: str, key: str, value: str) -> None:
+        stored = self.objects[("v1", "Pod", namespace, name)]
+        stored["metadata"].setdefault("annotations", {})[key] = value
+        self.annotated.append((name, key, value))
 
     def patch_status(self, namespace: str, name: str, status: Obj) -> None:
         self.statuses.append(status)

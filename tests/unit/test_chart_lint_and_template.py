@@ -28,9 +28,9 @@ def test_default_values_render_a_clusterwide_operator():
             "PodDisruptionBudget",
             "Service",
             "ServiceAccount",
-            # the operator's Namespace writes, narrowed to one annotation (namespace-writes.yaml)
-            "ValidatingAdmissionPolicy",
-            "ValidatingAdmissionPolicyBinding",
+            # the operator's Namespace and pod writes, each narrowed to one annotation
+            # (namespace-writes.yaml, pod-writes.yaml)
+            *["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 2,
         ]
     )
     args = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]

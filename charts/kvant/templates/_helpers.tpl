@@ -71,10 +71,12 @@ credentialsSecret by name, and the kubelet, not the operator, reads it.
   verbs: [get, list, create, patch]
 # Job and engine pods' state, and the JSON lines the Job steps and engine-check print. watch for the
 # kopf index of the models' pods; get because the router's Role grants it (a Role grants only what
-# its creator holds).
+# its creator holds). patch for one annotation, each engine pod's deletion cost, written just before a
+# scale-in (operator/reconcile/scale_in.py); the chart's ValidatingAdmissionPolicy (pod-writes.yaml)
+# refuses any other change the operator would make to a pod.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch]
+  verbs: [get, list, watch, patch]
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]

@@ -130,7 +130,9 @@ async def model_daemon(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
                 # A settled model is re-applied only when something may have changed: a watch event
                 # woke it, or a periodic resync is due (which also repairs objects edited by hand).
                 resync = woken or not settled or time.monotonic() - last_resync > settings.resync_interval
-                outcome = await asyncio.to_thread(_reconcile_once, reconciler, plain, protection, resync)
+                outcome = await asyncio.to_thread(
+                    _reconcile_once, reconciler, plain, protection, resync, protector.pod_work
+                )
                 last_resync = time.monotonic() if resync else last_resync
                 settled = not outcome.busy
                 # A rollout is watched (wake_model), so a model waiting on one is not polled at the busy
@@ -170,10 +172,14 @@ async def model_daemon(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
 
 
 def _reconcile_once(
-    reconciler: Reconciler, body: dict[str, Any], protection: ProtectionResult | None, resync: bool
+    reconciler: Reconciler,
+    body: dict[str, Any],
+    protection: ProtectionResult | None,
+    resync: bool,
+    pod_work: dict[str, float],
 ) -> Outcome:
     started = time.monotonic()
-    outcome = reconciler.reconcile(body, protection, resync)
+    outcome = reconciler.reconcile(body, protection, resync, pod_work=pod_work)
     meta = body["metadata"]
     if _changed(body.get("status") or {}, outcome.status):
         reconciler.kube.patch_status(meta["namespace"], meta["name"], outcome.status)

@@ -166,6 +166,9 @@ class Kube:
         """Sets one annotation on a Namespace (the only write Kvant makes to one: namespace_nudge)."""
         self.core.patch_namespace(name, {"metadata": {"annotations": {key: value}}})
 
+    def annotate_pod(self, namespace: str, name: str, key: str, value: str) -> None:
+        self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": {key: value}}})
+
     def patch_status(self, namespace: str, name: str, status: Obj) -> None:
         self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, namespace, PLURAL, name, {"status": status}

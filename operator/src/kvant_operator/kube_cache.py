@@ -7,11 +7,11 @@ label-selected watches (registered in handlers.py), it is none. `CachedKube` wra
 answers those reads from the indexes, and sends everything else on.
 
 An index keeps a summary of each object, not the object (identity, labels, owners' uids, the
-applied-hash annotation; a Deployment's runtime record and rollout counters; a pod's status and init
-containers' images), so thousands of objects cost little memory. So `get` answers from the index only
-for objects Kvant applied: what `ensure` and the rollout status read. Everything else, such as an artifact
-record's data, comes from the API server. Each serving object is filed twice: by name (for `get`) and
-by model (for prune's list).
+applied-hash annotation; a Deployment's runtime record, replicas and rollout counters; a pod's status,
+init containers' images and deletion cost), so thousands of objects cost little memory. So `get`
+answers from the index only for objects Kvant applied: what `ensure` and the rollout status read.
+Everything else, such as an artifact record's data, comes from the API server. Each serving object is
+filed twice: by name (for `get`) and by model (for prune's list).
 
 Freshness:
 - kopf fills every index before any handler runs, so an object to `ensure` that the index has not seen
@@ -46,6 +46,7 @@ from kvant_operator.render import serving
 from kvant_operator.render.meta import (
     APPLIED_HASH,
     COMPONENT_LABEL,
+    DELETION_COST,
     MANAGED_BY,
     MODEL_LABEL,
     POD_TEMPLATE_DIGEST,
@@ -112,8 +113,10 @@ def serving_entry(body: Mapping[str, Any]) -> dict[tuple[str, ...], Obj] | None:
         "metadata": {**_identity(meta), "annotations": _kept(meta), "ownerReferences": owners},
     }
     status = body.get("status") or {}
-    if body.get("kind") == "Deployment":  # a rollout's progress
+    if body.get("kind") == "Deployment":  # a rollout's progress, and the replicas a scale-in lowers
         summary["status"] = {key: status[key] for key in ROLLOUT_STATUS if key in status}
+        if "replicas" in (body.get("spec") or {}):
+            summary["spec"] = {"replicas": body["spec"]["replicas"]}
     elif body.get("kind") == "HorizontalPodAutoscaler":  # what status.autoscaling shows
         summary["status"] = {key: copy.deepcopy(status[key]) for key in AUTOSCALER_STATUS if key in status}
     entry: dict[tuple[str, ...], Obj] = {(meta["namespace"], meta["name"]): summary}
@@ -139,10 +142,15 @@ def pod_entry(body: Mapping[str, Any]) -> dict[tuple[str, ...], Obj] | None:
     init = [
         {"name": c.get("name"), "image": c.get("image")} for c in body["spec"].get("initContainers") or []
     ]
+    cost = (meta.get("annotations") or {}).get(DELETION_COST)  # a scale-in writes it only where it moved
     summary: Obj = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {**_identity(meta), "creationTimestamp": meta.get("creationTimestamp")},
+        "metadata": {
+            **_identity(meta),
+            "creationTimestamp": meta.get("creationTimestamp"),
+            **({"annotations": {DELETION_COST: cost}} if cost is not None else {}),
+        },
         "spec": {"initContainers": init},
         "status": copy.deepcopy(dict(body.get("status") or {})),
     }
@@ -246,6 +254,9 @@ class CachedKube:
 
     def pod_log(self, namespace: str, pod: str, container: str, tail_lines: int | None = None) -> str:
         return self.kube.pod_log(namespace, pod, container, tail_lines)
+
+    def annotate_pod(self, namespace: str, name: str, key: str, value: str) -> None:
+        self.kube.annotate_pod(namespace, name, key, value)
 
     def patch_status(self, namespace: str, name: str, status: Obj) -> None:
         self.kube.patch_status(namespace, name, status)

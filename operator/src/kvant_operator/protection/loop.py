@@ -27,6 +27,7 @@ class ProtectionResult:
     status: Obj  # status.protection
     condition: tuple[ConditionStatus, str, str]  # CacheProtected: status, reason, message
     events: list[tuple[str, str, str]] = field(default_factory=list)
+    usage: dict[str, float] = field(default_factory=dict)  # each sampled pod's KV token usage
 
     @property
     def effective_concurrency(self) -> int | None:
@@ -121,7 +122,7 @@ class Protector:
             f"effective concurrency {decision.concurrency}"
         )
         condition = (ConditionStatus.TRUE if protected else ConditionStatus.FALSE, reason, message)
-        return ProtectionResult(status, condition, events)
+        return ProtectionResult(status, condition, events, {s.replica: s.token_usage for s in samples})
 
 
 def _ready(pod: Obj) -> bool:

@@ -18,6 +18,8 @@ class ModelProtection:
     def __init__(self, protector: Protector) -> None:
         self.protector = protector
         self.memory = CounterMemory()
+        # Each serving pod's KV token usage in the last step that read it (reconcile/scale_in.py).
+        self.pod_work: dict[str, float] = {}
         self.next_due = 0.0
         self.interval = 15.0
 
@@ -33,7 +35,10 @@ class ModelProtection:
         self.next_due = now + self.interval
         if not (body.get("status") or {}).get("readyReplicas"):
             return None  # nothing serves: there is nothing to measure
-        return self.protector.step(body, spec, self.memory, datetime.now(UTC).replace(microsecond=0))
+        result = self.protector.step(body, spec, self.memory, datetime.now(UTC).replace(microsecond=0))
+        if result is not None:
+            self.pod_work = result.usage
+        return result
 
     def seconds_to_next(self) -> float:
         return max(0.5, self.next_due - time.monotonic())

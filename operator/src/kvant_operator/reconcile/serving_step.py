@@ -16,6 +16,7 @@ from kvant_operator.kube_door import KubeDoor
 from kvant_operator.reconcile.autoscaling_status import read_autoscaling
 from kvant_operator.reconcile.engine_check import read_engine_check
 from kvant_operator.reconcile.runtime_pin import keep_running_runtimes
+from kvant_operator.reconcile.scale_in import mark_before_scale_in
 from kvant_operator.reconcile.state import Obj, Pass
 from kvant_operator.render.meta import COMPONENT_LABEL, MODEL_LABEL, SERVING_COMPONENT, with_applied_hash
 from kvant_operator.render.roles import roles, workload_name
@@ -32,6 +33,8 @@ def serve(p: Pass, kube: KubeDoor, settings: OperatorSettings) -> tuple[Phase, b
         objects = [o for o in objects if o["kind"] == "ConfigMap"] if p.protection is not None else []
     else:  # an operator upgrade alone restarts no engine (reconcile/runtime_pin.py)
         objects = keep_running_runtimes(p.body, objects, partial(desired_objects, p), kube, settings)
+    if p.resync:  # a scale-in comes with a spec change, which always resyncs
+        mark_before_scale_in(p, kube, objects)
     for obj in objects:
         kube.ensure(with_applied_hash(obj))
     if p.resync and spec_changed(p.body):

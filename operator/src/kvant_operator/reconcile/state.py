@@ -87,6 +87,7 @@ class Pass:
     plan: PlanStatus | None = None
     artifact: ArtifactStatus | None = None
     protection: ProtectionResult | None = None
+    pod_work: dict[str, float] = field(default_factory=dict)  # each serving pod's last KV usage
     resync: bool = True  # apply every serving object; False: only read the rollout (settled, unchanged)
     replicas: tuple[int, int] | None = None  # (existing, ready) serving replicas
     autoscaling: AutoscalingStatus | None = None  # the HPA's view, with spec.autoscaling set

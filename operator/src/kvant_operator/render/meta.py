@@ -19,6 +19,9 @@ APPLIED_HASH = "kvant.dev/applied-hash"
 # template it was rendered as (reconcile/runtime_pin.py).
 RUNTIME_IMAGE = "kvant.dev/runtime-image"
 POD_TEMPLATE_DIGEST = "kvant.dev/pod-template-digest"
+# Kubernetes' own: which pods of a ReplicaSet a scale-in deletes first (the lower cost); the one thing
+# the operator writes on a pod (reconcile/scale_in.py).
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 
 
 def model_labels(model: str, component: str) -> dict[str, str]:
