@@ -288,6 +288,7 @@ def scale_out_and_in(cluster: Any, namespace: str, model: dict[str, Any], shape:
         # (reconcile/scale_in.py): the replica that stays is one that held the most.
         survivor = serving_pods(cluster, namespace, MODEL)[0].metadata.name
         assert survivor in costs and costs[survivor] == max(costs.values()), (survivor, costs)
+        print(f"deletion costs at the scale-in: {costs}; the one that stayed: {survivor}")
         gone_at = time.monotonic() - started
         time.sleep(5)  # requests sent while the last pod left get their answers
         load.rate = 0
