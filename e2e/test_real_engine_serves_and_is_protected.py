@@ -149,7 +149,7 @@ def test_real_engine_serves_openai_clients_through_the_router(cluster, operator,
     assert chat.choices[0].message.content and chat.usage is not None
     # The gate counts this prompt with the model's tokenizer and chat template, as the engine does.
     counter = ModelTokenizer(cluster.node_path(chat_model_uri.removeprefix("file://")))
-    assert chat.usage.prompt_tokens == counter.chat(messages), chat.usage
+    assert chat.usage.prompt_tokens == counter.chat({"messages": messages}), chat.usage
 
     completion = openai.completions.create(model=name, prompt=PROSE[1], max_tokens=16)
     assert completion.choices[0].text is not None and completion.usage is not None

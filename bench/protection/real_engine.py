@@ -107,7 +107,8 @@ def count_error(engine: str, model: Path) -> dict[str, Any]:
         chat = post(
             f"{engine}/v1/chat/completions", {"model": "bench", "messages": messages, "max_tokens": 1}
         )
-        rows["chat"].append((chat["usage"]["prompt_tokens"], estimate.chat(messages), exact.chat(messages)))
+        request = {"messages": messages}
+        rows["chat"].append((chat["usage"]["prompt_tokens"], estimate.chat(request), exact.chat(request)))
     report = {}
     for kind, found in rows.items():
         by_bytes = [e / t for t, e, _ in found]

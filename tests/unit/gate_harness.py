@@ -64,6 +64,10 @@ class HeldEngine:
         self.completion_tokens = 16  # what /generate reports it generated (the gate's forecast learns it)
         self.waiting = 0  # what /v1/loads reports waiting in the engine besides what it holds
         self.loads_status = 200
+        # What /v1/tokenize answers as `count` (SGLang's own count of a prompt); None: 404, as an
+        # engine without the route.
+        self.tokenize_count: int | list[int] | None = None
+        self.tokenized: list[Any] = []  # the bodies /v1/tokenize got
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._record])
@@ -78,7 +82,14 @@ class HeldEngine:
         app.router.add_get("/v1/models", self._echo_headers)
         app.router.add_get("/get_server_info", self._server_info)
         app.router.add_get("/v1/loads", self._loads)
+        app.router.add_post("/v1/tokenize", self._tokenize)
         return app
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        self.tokenized.append(await request.json())
+        if self.tokenize_count is None:
+            raise web.HTTPNotFound()
+        return web.json_response({"tokens": [], "count": self.tokenize_count, "max_model_len": 4096})
 
     @web.middleware
     async def _record(self, request: web.Request, handler: Any) -> web.StreamResponse:

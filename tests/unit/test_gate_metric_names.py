@@ -19,6 +19,7 @@ DOCUMENTED = {
     "kvant_gate_observed_over_limit": "counter",
     "kvant_gate_queue_length": "gauge",
     "kvant_gate_queue_wait_seconds": "histogram",
+    "kvant_gate_prompt_counts": "counter",
     "kvant_gate_in_flight_requests": "gauge",
     "kvant_gate_in_flight_tokens": "gauge",
     "kvant_gate_effective_concurrency": "gauge",

@@ -58,8 +58,8 @@ def test_chat_is_counted_through_the_models_template(model):
         # As apply_chat_template(tokenize=True) does: render, then encode without special tokens.
         text = reference.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         assert isinstance(text, str)
-        assert counter.chat(messages) == len(reference.encode(text, add_special_tokens=False))
-    assert counter.chat(CONVERSATIONS[1]) > counter.chat(CONVERSATIONS[0])
+        assert counter.chat({"messages": messages}) == len(reference.encode(text, add_special_tokens=False))
+    assert counter.chat({"messages": CONVERSATIONS[1]}) > counter.chat({"messages": CONVERSATIONS[0]})
 
 
 def test_the_bytes_estimate_is_far_from_a_small_vocabulary(model):

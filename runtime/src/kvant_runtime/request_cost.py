@@ -54,6 +54,23 @@ class BadRequest(ValueError):
     """A request the engine would refuse too; the gate answers 400 with this message."""
 
 
+# Content parts SGLang 0.5.23 hands to a multimodal processor (`_MEDIA_CONTENT_PART_TYPES`); a model
+# that reads only text refuses a request holding one (`OpenAIServingChat._validate_media_content`).
+MEDIA_PART_TYPES = frozenset({"image_url", "input_image", "video_url", "audio_url", "input_audio"})
+
+
+def refuse_media_for_text_model(payload: dict[str, Any]) -> None:
+    """SGLang's refusal of a media part for a text-only model, word for word, naming the part."""
+    for message in payload.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else []:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind in MEDIA_PART_TYPES:
+                raise BadRequest(
+                    f"Model only supports text input; received unsupported content type '{kind}'."
+                )
+
+
 @dataclass(frozen=True)
 class Cost:
     tokens: int  # KV tokens the engine may hold for this request at most
@@ -71,7 +88,11 @@ def cost_request(
     default_max_tokens: int,
     counter: PromptCounter | None = None,
     priority: int | None = None,
+    *,
+    engine_counts: list[int] | None = None,
 ) -> Cost:
+    """`engine_counts`: the engine's own count of each of the request's prompts (gate/engine_count.py),
+    used instead of `counter`."""
     try:
         payload = json.loads(body) if body.strip() else {}
     except ValueError:
@@ -81,8 +102,10 @@ def cost_request(
         prompt = -(-len(body) // BYTES_PER_TOKEN)
         return Cost(prompt + default_max_tokens, body, prompt, 1, default_max_tokens)
     counter = counter or ByteEstimate()
-    prompts = prompt_tokens(payload, counter)
-    counted = not _token_ids(payload)
+    prompts = engine_counts if engine_counts is not None else prompt_tokens(payload, counter)
+    # Counted by the gate's counter, which may then learn from the engine's report; not when the
+    # prompt was token ids or the engine counted it.
+    counted = not _token_ids(payload) and engine_counts is None
     parallel = samples(payload)
     written = _with_priority(path, payload, priority)
     if path in PROMPT_ONLY_PATHS:
@@ -126,7 +149,7 @@ def prompt_tokens(payload: dict[str, Any], counter: PromptCounter | None = None)
         if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
             raise BadRequest("the prompt cannot be read: messages must be a list of objects")
         try:
-            return [counter.chat(messages)]
+            return [counter.chat(payload)]
         except (TypeError, AttributeError) as err:
             raise BadRequest(f"the prompt cannot be read: {err}") from None
     for key in ("text", "prompt", "input"):

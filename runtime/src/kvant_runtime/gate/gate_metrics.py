@@ -65,6 +65,15 @@ class GateMetrics:
             ["limit"],
             registry=r,
         )
+        self.prompt_counts = Counter(
+            "kvant_gate_prompt_counts",
+            "Chat prompts counted, by who counted them: the engine's own /v1/tokenize, or the gate's "
+            "counter when the engine could not answer.",
+            ["by"],
+            registry=r,
+        )
+        for by in ("engine", "gate"):
+            self.prompt_counts.labels(by)
         self.queue_wait = Histogram(
             "kvant_gate_queue_wait_seconds",
             "Time admitted requests spent in the queue (0 when admitted at once).",

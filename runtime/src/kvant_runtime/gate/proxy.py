@@ -31,6 +31,7 @@ from kvant_runtime.gate.admission import Admission, Ticket
 from kvant_runtime.gate.answer_counts import Answered
 from kvant_runtime.gate.answer_relay import forwarded_headers, relay_answer
 from kvant_runtime.gate.draining import Traffic
+from kvant_runtime.gate.engine_count import CHAT_PATH, TEXT_FIELDS, EngineRefused, engine_prompt_tokens
 from kvant_runtime.gate.forecast import OutputForecast
 from kvant_runtime.gate.gate_metrics import GateMetrics
 from kvant_runtime.gate.refusals import Rejected
@@ -163,15 +164,24 @@ class Proxy:
         priority = ENGINE_PRIORITY[
             self.admission.limits.tenancy.priority_of(identity.tenant, identity.priority)
         ]
+        engine_counts = await self._engine_count(request.path, body)
         try:
             if self.counter.exact and len(body) > INLINE_COUNT_BYTES:
                 # A tokenizer takes milliseconds per 1,000 tokens (bench/gate/token_count.py): off the
                 # event loop, so one long prompt does not stall every other request's relay.
                 cost = await asyncio.to_thread(
-                    cost_request, request.path, body, default, self.counter, priority
+                    cost_request,
+                    request.path,
+                    body,
+                    default,
+                    self.counter,
+                    priority,
+                    engine_counts=engine_counts,
                 )
             else:
-                cost = cost_request(request.path, body, default, self.counter, priority)
+                cost = cost_request(
+                    request.path, body, default, self.counter, priority, engine_counts=engine_counts
+                )
         except BadRequest as bad:
             raise Refused(400, "bad_request", str(bad)) from None
         limits = self.admission.limits
@@ -215,6 +225,20 @@ class Proxy:
             # the prompt once per sample of a batch or of `n`, where the gate counted it once.
             if cost.counted and cost.sequences == 1 and answered.prompt_tokens:
                 self.counter.learn(cost.prompt_tokens, answered.prompt_tokens)
+
+    async def _engine_count(self, path: str, body: bytes) -> list[int] | None:
+        """The engine's count of each of the request's prompts, or None (the gate counts them)."""
+        asked = path == CHAT_PATH or (path in TEXT_FIELDS and not self.counter.exact)
+        if not asked:
+            return None
+        try:
+            counts = await engine_prompt_tokens(
+                self.session, self.upstream, path, body, texts_too=not self.counter.exact
+            )
+        except EngineRefused as refused:
+            raise Refused(400, "bad_request", f"the engine refuses the prompt: {refused}") from None
+        self.metrics.prompt_counts.labels("engine" if counts is not None else "gate").inc()
+        return counts
 
     def _count_admitted(self, ticket: Ticket) -> None:
         self.metrics.admitted.inc()

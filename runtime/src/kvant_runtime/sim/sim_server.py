@@ -13,6 +13,7 @@
 - `GET /health`, `GET /health_generate` (runs a one-token request),
   `GET /get_model_info`, `GET /get_server_info` (with `max_total_num_tokens`),
   `GET /v1/models`, `GET /metrics`, `GET /v1/loads` (a published snapshot, `load_snapshot`).
+- `POST /v1/tokenize`: the prompt counts the gate asks for (`kvant_runtime.sim.tokenize_route`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from kvant_runtime.prompt_counter import ByteEstimate, PromptCounter
-from kvant_runtime.request_cost import output_limit, prompt_tokens, samples
+from kvant_runtime.request_cost import output_limit, prompt_tokens, refuse_media_for_text_model, samples
 from kvant_runtime.sim.answers import (
     ChoiceFormat,
     chat_choice,
@@ -40,16 +41,16 @@ from kvant_runtime.sim.answers import (
     send_sse,
     usage,
 )
-from kvant_runtime.sim.engine import Engine, RequestRejected
-from kvant_runtime.sim.pd_handoff import Bootstrap, HandoffBoard, HandoffError, fetch_handoff
+from kvant_runtime.sim.engine import Engine
+from kvant_runtime.sim.pd_handoff import Bootstrap, HandoffBoard, fetch_handoff
 from kvant_runtime.sim.realtime import RealTimeEngine, Stream
+from kvant_runtime.sim.request_io import bad_requests_as_json, read_json
 from kvant_runtime.sim.sim_metrics import EngineMetrics
 from kvant_runtime.sim.text import detokenize
+from kvant_runtime.sim.tokenize_route import tokenize_answer
 from kvant_runtime.tokens import DEFAULT_MAX_NEW_TOKENS
 
 SGLANG_API_VERSION = "0.5.23"
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 @dataclass(frozen=True)
@@ -62,22 +63,6 @@ class ServerInfo:
     disaggregation_mode: str = "null"  # SGLang's --disaggregation-mode: null, prefill or decode
     bootstrap: tuple[str, int] | None = None  # a prefill's bootstrap server (host, port)
     stream_interval: int = 1  # SGLang's --stream-interval: tokens per streamed chunk after the first
-
-
-def error_response(status: int, message: str) -> web.Response:
-    """SGLang's OpenAI-style error body."""
-    body = {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": status}
-    return web.json_response(body, status=status)
-
-
-@web.middleware
-async def bad_requests_as_json(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except (ValueError, RequestRejected) as error:
-        return error_response(400, str(error))
-    except HandoffError as error:  # the router retries a 502 on another pair
-        return error_response(502, str(error))
 
 
 class SimServer:
@@ -98,6 +83,7 @@ class SimServer:
         app.router.add_post("/generate", self.generate)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.router.add_post("/v1/tokenize", self.tokenize)
         app.router.add_get("/health", self.health)
         app.router.add_get("/health_generate", self.health_generate)
         app.router.add_get("/get_model_info", self.model_info)
@@ -159,8 +145,13 @@ class SimServer:
         body = await read_json(request)
         if not isinstance(body.get("messages"), list) or not body["messages"]:
             raise ValueError("'messages' must be a non-empty list of {role, content} objects")
+        refuse_media_for_text_model(body)  # a text-only model, as SGLang refuses it
         streams = await self._submit(body, key=body["messages"])
         return await self._openai(request, body, streams, "chat.completion", chat_choice)
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        limit = self.runner.engine.config.context_length
+        return web.json_response(tokenize_answer(await read_json(request), self.counter, limit))
 
     async def _submit(self, body: dict[str, Any], key: object) -> list[Stream]:
         """One sequence per prompt of a batch and per parallel sample (`n`), costed by the same rules
@@ -305,16 +296,6 @@ class SimServer:
         return web.Response(
             body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )
-
-
-async def read_json(request: web.Request) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except json.JSONDecodeError as error:
-        raise ValueError(f"the request body is not valid JSON: {error}") from None
-    if not isinstance(body, dict):
-        raise ValueError("the request body must be a JSON object")
-    return body
 
 
 async def tokens_of(runner: RealTimeEngine, stream: Stream) -> AsyncIterator[int]:

@@ -1,0 +1,142 @@
+"""The gate reserves a chat prompt at the engine's own count (SGLang's /v1/tokenize renders it through
+the whole chat path, tools included), falls back to its own counter when the engine cannot say, asks
+the engine for text prompts only where the served folder has no tokenizer.json, and never fetches a
+media part's URL: a text-only engine refuses it, naming the part."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from kvant_runtime.sim.engine import Engine, EngineConfig
+from kvant_runtime.sim.sim_server import ServerInfo, SimServer
+from tests.unit.gate_harness import (
+    KubeletLimitsDir,
+    gate_in_front_of,
+    gate_metric,
+    held_engine_behind_gate,
+    run,
+    serving,
+    until,
+)
+
+LIMITS = {"maxConcurrency": 8, "concurrency": {"min": 1}, "admission": "worstCase"}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": f"tool_{i}",
+            "description": "Looks something up. " * 20,
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+        },
+    }
+    for i in range(5)
+]
+CHAT = {"messages": [{"role": "user", "content": "Which tool?"}], "tools": TOOLS, "max_tokens": 10}
+SGLANG_COUNT = 3454  # what the engine answers for CHAT (a stand-in number: the engine's word is taken)
+
+
+def _limits(tmp_path: Path) -> KubeletLimitsDir:
+    limits = KubeletLimitsDir(tmp_path)
+    limits.write(LIMITS)
+    return limits
+
+
+def test_a_chat_prompt_is_reserved_at_the_engines_count(tmp_path):
+    async def scenario() -> None:
+        async with held_engine_behind_gate(_limits(tmp_path)) as (engine, gate, url, session):
+            engine.max_total_num_tokens = 100_000
+            await until(lambda: (gate.admission.token_budget or 0) > 50_000, "the engine's capacity")
+            engine.tokenize_count = SGLANG_COUNT
+            held = asyncio.create_task(session.post(url + "/v1/chat/completions", json=CHAT))
+            await until(lambda: engine.running == 1, "the chat admitted")
+            # worstCase: the prompt as the engine counts it, plus the request's whole output limit.
+            assert gate.admission.in_flight_tokens == SGLANG_COUNT + 10
+            assert engine.tokenized == [CHAT]  # the whole request: its tools reach the template
+            assert await gate_metric(session, url, "kvant_gate_prompt_counts_total", by="engine") == 1
+            engine.release.set()
+            (await held).close()
+
+    run(scenario())
+
+
+def test_without_the_engines_count_the_gate_counts_the_tools_itself(tmp_path):
+    async def scenario() -> None:
+        async with held_engine_behind_gate(_limits(tmp_path)) as (engine, gate, url, session):
+            engine.max_total_num_tokens = 100_000
+            await until(lambda: (gate.admission.token_budget or 0) > 50_000, "the engine's capacity")
+            held = asyncio.create_task(session.post(url + "/v1/chat/completions", json=CHAT))
+            await until(lambda: engine.running == 1, "the chat admitted")
+            without_tools = gate.counter.chat({"messages": CHAT["messages"]})
+            # The bytes estimate (no tokenizer here) counts the tools' JSON too: well over the message.
+            assert gate.admission.in_flight_tokens - 10 > without_tools + 600
+            assert await gate_metric(session, url, "kvant_gate_prompt_counts_total", by="gate") == 1
+            engine.release.set()
+            (await held).close()
+
+    run(scenario())
+
+
+def test_text_prompts_are_the_engines_to_count_only_without_a_tokenizer(tmp_path):
+    async def scenario() -> None:
+        async with held_engine_behind_gate(_limits(tmp_path)) as (engine, gate, url, session):
+            engine.max_total_num_tokens = 100_000
+            await until(lambda: (gate.admission.token_budget or 0) > 50_000, "the engine's capacity")
+            engine.tokenize_count = [700, 900]  # a SentencePiece model counts what bytes cannot
+            body = {"text": ["a" * 40, "b" * 40], "sampling_params": {"max_new_tokens": 10}}
+            held = asyncio.create_task(session.post(url + "/generate", json=body))
+            await until(lambda: engine.running == 1, "the batch admitted")
+            assert gate.admission.in_flight_tokens == 700 + 900 + 2 * 10
+            assert engine.tokenized == [{"prompt": body["text"]}]
+            engine.release.set()
+            (await held).close()
+
+    run(scenario())
+
+
+def test_an_image_url_is_refused_by_a_text_model_and_never_fetched(tmp_path):
+    """Through the gate to the simulator (a text-only engine): 400 naming the part, as SGLang's, and
+    the URL's server sees no connection from either."""
+    connections: list[Any] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                connections.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    watcher = threading.Thread(target=accept, daemon=True)
+    watcher.start()
+    image = f"http://127.0.0.1:{listener.getsockname()[1]}/cat.png"
+    parts = [{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": image}}]
+    body = {"messages": [{"role": "user", "content": parts}], "max_tokens": 8}
+    config = EngineConfig(kv_tokens=4096, max_running_requests=8, context_length=2048)
+    engine = SimServer(Engine(config), ServerInfo("tiny"))
+
+    async def scenario() -> None:
+        async with (
+            serving(engine.app()) as engine_url,
+            gate_in_front_of(engine_url, _limits(tmp_path)) as (_gate, url),
+            aiohttp.ClientSession() as session,
+        ):
+            async with session.post(url + "/v1/chat/completions", json=body) as resp:
+                assert resp.status == 400
+                answer = await resp.json()
+            assert "unsupported content type 'image_url'" in str(answer), answer
+
+    try:
+        run(scenario())
+    finally:
+        stop.set()
+        watcher.join(timeout=5)
+        listener.close()
+    assert connections == []
