@@ -3,8 +3,9 @@ folder and its ~/.cache, or network links and routes of a local cluster. Tempora
 entries inside Kvant's cache (~/.cache/kvant) are not watched.
 
 Tools the suite runs keep caches in the home folder by default (kubectl ~/.kube/cache, SGLang
-~/.cache/sglang, matplotlib ~/.cache/matplotlib); `redirect_tool_caches` points them at one temporary
-folder for the session, through the environment every subprocess inherits.
+~/.cache/sglang, matplotlib ~/.cache/matplotlib, transformers' copies of a repository's code
+~/.cache/huggingface/modules); `redirect_tool_caches` points them at one temporary folder for the
+session, through the environment every subprocess inherits.
 
 The root conftest snapshots before the session and compares after it; anything new fails the run,
 named, so a test that writes to `/source` or `/etc/kvant` cannot pass on the machine it dirties.
@@ -30,8 +31,9 @@ WATCHED = (
     str(Path.home()),
     str(Path.home() / ".cache"),
 )
-# Where each tool reads its cache folder from.
-TOOL_CACHE_VARIABLES = ("KUBECACHEDIR", "SGLANG_CACHE_DIR", "MPLCONFIGDIR")
+# Where each tool reads its cache folder from. HF_MODULES_CACHE: where transformers copies a
+# repository's own code before it imports it (trust_remote_code), read when transformers is imported.
+TOOL_CACHE_VARIABLES = ("KUBECACHEDIR", "SGLANG_CACHE_DIR", "MPLCONFIGDIR", "HF_MODULES_CACHE")
 _REDIRECTED = "KVANT_TEST_TOOL_CACHES"
 _CLUSTER_LINK = re.compile(r"^\d+: (kvant\d+n?)[@:]", re.MULTILINE)
 

@@ -31,7 +31,7 @@ is re-implemented here:
   so ``get_serving()`` / ``get_model()`` give SGLang's real defaults;
 * the tokenizer comes from ``sglang.srt.utils.hf_transformers_utils.get_tokenizer``
   with the same arguments ``TokenizerManager.init_tokenizer_and_processor``
-  passes (trust_remote_code stays False, the ServerArgs default);
+  passes (trust_remote_code False, the ServerArgs default, unless ``--trust-remote-code``);
 * a real ``TemplateManager`` is initialised with ``initialize_templates``, as
   ``init_tokenizer_manager`` does, so the chat-template choice (built-in
   conversation template guessed from the model path, HF Jinja template, its
@@ -97,7 +97,7 @@ from sglang.srt.utils.hf_transformers_utils import get_tokenizer  # noqa: E402
 _STAND_IN_HF_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama"}
 
 
-def _publish_server_args(model_dir: str, scratch: str):
+def _publish_server_args(model_dir: str, scratch: str, trust_remote_code: bool):
     """Publish a real ServerArgs, as the HTTP server does before anything else.
 
     ServerArgs resolution loads the model's config.json with AutoConfig, and a
@@ -109,7 +109,12 @@ def _publish_server_args(model_dir: str, scratch: str):
     """
     with open(os.path.join(scratch, "config.json"), "w") as f:
         json.dump(_STAND_IN_HF_CONFIG, f)
-    server_args = ServerArgs(model_path=scratch, tokenizer_path=model_dir, device="cpu")
+    server_args = ServerArgs(
+        model_path=scratch,
+        tokenizer_path=model_dir,
+        device="cpu",
+        trust_remote_code=trust_remote_code,
+    )
     publish(server_args, role="tokenizer")
     return server_args
 
@@ -169,8 +174,8 @@ class _TokenizerManagerStandIn:
         return get_context().config_leaf(name)
 
 
-def _build_serving(model_dir: str, scratch: str):
-    server_args = _publish_server_args(model_dir, scratch)
+def _build_serving(model_dir: str, scratch: str, trust_remote_code: bool = False):
+    server_args = _publish_server_args(model_dir, scratch, trust_remote_code)
 
     tokenizer_manager = _TokenizerManagerStandIn(server_args, model_dir)
     # As engine.init_tokenizer_manager / http_server do, with model_path the
@@ -242,6 +247,11 @@ def main(argv=None) -> int:
         default="tokenize",
         help="count through /v1/tokenize (default) or /v1/chat/completions code",
     )
+    parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="load the folder's own tokenizer code, as the engine does under this flag",
+    )
     args = parser.parse_args(argv)
     model_dir = os.path.abspath(args.model_dir)
 
@@ -250,7 +260,7 @@ def main(argv=None) -> int:
         raise SystemExit("stdin must be a JSON list of request bodies")
 
     with tempfile.TemporaryDirectory(prefix="sglang-chat-counts-") as scratch:
-        serving = _build_serving(model_dir, scratch)
+        serving = _build_serving(model_dir, scratch, args.trust_remote_code)
         count = _count_via_chat if args.via == "chat" else _count_via_tokenize
         results = []
         for body in bodies:

@@ -4,10 +4,12 @@ A corpus of chat templates written here does what production templates do: tools
 system turn, a thinking switch, `strftime_now` with a system-prompt default, a template shipped as
 its own `chat_template.jinja` file (over the one in tokenizer_config.json), a template that loops over
 content parts, `reasoning_effort` read by the template, assistant tool calls and tool results. Each is
-put beside the tiny chat model's byte-level BPE tokenizer (built here, nothing downloaded), and every
-request of the corpus is counted twice: by `ModelTokenizer.chat` and by SGLang's own /v1/tokenize
-path, run in SGLang's environment by `tests/sglang_chat_counts.py` (no weights, no network). They
-must be equal.
+put beside the tiny chat model's byte-level BPE tokenizer (built here, nothing downloaded); the tools
+template also beside a SentencePiece model without `tokenizer.json` and beside a tiktoken encoding
+behind the repository's own tokenizer code (`tests/tokenizer_kinds.py`, trained here, loaded with
+remote code trusted on both sides). Every request of the corpus is counted twice: by
+`ModelTokenizer.chat` and by SGLang's own /v1/tokenize path, run in SGLang's environment by
+`tests/sglang_chat_counts.py` (no weights, no network). They must be equal.
 
 Needs SGLang's environment, which `make tools` builds (hack/engine-image.sh): marked `cluster`, so
 `make unit` leaves it out and `make test` runs it.
@@ -28,6 +30,7 @@ import pytest
 from kvant_dev.toolchain import ENGINE_ENVIRONMENT, built_environment
 from kvant_runtime.prompt_counter import ModelTokenizer
 from kvant_runtime.tinychat import ensure_tiny_chat_model
+from tests.tokenizer_kinds import sentencepiece_folder, tiktoken_folder
 
 pytestmark = pytest.mark.cluster
 
@@ -195,11 +198,16 @@ def _model_folder(root: Path, name: str, template: str, as_file: bool) -> Path:
     return folder
 
 
+# Folders whose tokenizer is the repository's own code: loaded with remote code trusted, by both.
+REMOTE_CODE = {"tools-tiktoken"}
+
+
 def _sglang_counts(folder: Path, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     environment = built_environment(ENGINE_ENVIRONMENT)
     assert environment is not None, "SGLang's environment is not built: run `make tools`"
+    trust = ["--trust-remote-code"] if folder.name in REMOTE_CODE else []
     done = subprocess.run(
-        [str(environment / "bin" / "python"), str(HARNESS), str(folder)],
+        [str(environment / "bin" / "python"), str(HARNESS), str(folder), *trust],
         input=json.dumps(requests),
         capture_output=True,
         text=True,
@@ -219,6 +227,8 @@ def corpus(
     root = tmp_path_factory.mktemp("templates")
     folders = {name: _model_folder(root, name, source, as_file=False) for name, source in TEMPLATES.items()}
     folders["tools-as-file"] = _model_folder(root, "tools-as-file", TOOLS_TEMPLATE, as_file=True)
+    folders["tools-sentencepiece"] = sentencepiece_folder(root / "tools-sentencepiece", TOOLS_TEMPLATE)
+    folders["tools-tiktoken"] = tiktoken_folder(root / "tools-tiktoken", TOOLS_TEMPLATE)
     # Each run is mostly SGLang's imports (about 8 s, 1 GB): two at a time.
     with ThreadPoolExecutor(max_workers=2) as pool:
         counted = pool.map(lambda folder: _sglang_counts(folder, REQUESTS), folders.values())
@@ -235,10 +245,12 @@ def test_every_request_counts_as_sglang_counts_it(corpus) -> None:
     wrong = []
     for name, request, folder, answer in corpus:
         assert "count" in answer, (name, request, answer)  # SGLang renders every request here
-        ours = ModelTokenizer(folder).chat(copy.deepcopy(request))
+        ours = ModelTokenizer(folder, trust_remote_code=name in REMOTE_CODE).chat(copy.deepcopy(request))
         if ours != answer["count"]:
             wrong.append((name, json.dumps(request)[:160], ours, answer["count"]))
     assert not wrong, "\n".join(f"{n}: ours {o}, SGLang {s}: {r}" for n, r, o, s in wrong)
+    kinds = {name for name, *_ in corpus}
+    assert {"tools-sentencepiece", "tools-tiktoken"} <= kinds and len(corpus) == len(kinds) * len(REQUESTS)
 
 
 def test_tool_definitions_are_counted_where_the_old_count_left_them_out(corpus) -> None:

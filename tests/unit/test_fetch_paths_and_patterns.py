@@ -58,6 +58,17 @@ def test_default_patterns_take_what_serving_needs_and_nothing_else() -> None:
     ]
 
 
+def test_default_patterns_take_a_multimodal_models_processor_configs() -> None:
+    """Qwen2.5-VL-style: SGLang's image processor, and the gate's image count, read these."""
+    listing = ["config.json", "preprocessor_config.json", "processor_config.json", "demo.jpeg", "vocab.json"]
+    assert selected(listing, DEFAULT_PATTERNS) == [
+        "config.json",
+        "preprocessor_config.json",
+        "processor_config.json",
+        "vocab.json",
+    ]
+
+
 def test_patterns_match_a_whole_path_or_a_file_name() -> None:
     assert selected(LISTING, ["docs/*"]) == ["docs/deploy_guidance.md"]
     assert selected(LISTING, ["*.png"]) == ["figures/banner.png"]

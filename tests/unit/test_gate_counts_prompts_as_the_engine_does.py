@@ -1,11 +1,15 @@
 """The gate reserves a chat prompt at the engine's own count (SGLang's /v1/tokenize renders it through
 the whole chat path, tools included), falls back to its own counter when the engine cannot say, asks
 the engine for text prompts only where the served folder has no tokenizer.json, and never fetches a
-media part's URL: a text-only engine refuses it, naming the part."""
+media part's URL: a text-only engine refuses it, naming the part, and for a model that reads images the
+gate adds the tokens each image becomes, read from an inline image's header or bounded for a URL."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import io
+import json
 import socket
 import threading
 from pathlib import Path
@@ -38,6 +42,16 @@ TOOLS = [
     for i in range(5)
 ]
 CHAT = {"messages": [{"role": "user", "content": "Which tool?"}], "tools": TOOLS, "max_tokens": 10}
+# Qwen2.5-VL's preprocessor_config.json, as the model ships it.
+QWEN25_VL = {
+    "image_processor_type": "Qwen2VLImageProcessor",
+    "processor_class": "Qwen2_5_VLProcessor",
+    "patch_size": 14,
+    "merge_size": 2,
+    "temporal_patch_size": 2,
+    "min_pixels": 3136,
+    "max_pixels": 12845056,
+}
 SGLANG_COUNT = 3454  # what the engine answers for CHAT (a stand-in number: the engine's word is taken)
 
 
@@ -132,6 +146,70 @@ def test_an_image_url_is_refused_by_a_text_model_and_never_fetched(tmp_path):
                 assert resp.status == 400
                 answer = await resp.json()
             assert "unsupported content type 'image_url'" in str(answer), answer
+
+    try:
+        run(scenario())
+    finally:
+        stop.set()
+        watcher.join(timeout=5)
+        listener.close()
+    assert connections == []
+
+
+def _png(width: int, height: int) -> str:
+    from PIL import Image  # noqa: PLC0415
+
+    data = io.BytesIO()
+    Image.new("RGB", (width, height), (40, 90, 160)).save(data, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(data.getvalue()).decode()
+
+
+def test_a_model_that_reads_images_reserves_their_tokens_without_fetching_one(tmp_path):
+    """Qwen2.5-VL's processor: the engine's count holds each image's placeholder; the gate adds what the
+    image becomes, exact for an inline image (read from its header) and the most any image can become
+    for a URL, which nobody fetches."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "preprocessor_config.json").write_text(json.dumps(QWEN25_VL))
+    connections: list[Any] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                connections.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    watcher = threading.Thread(target=accept, daemon=True)
+    watcher.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/cat.png"
+    parts = [
+        {"type": "text", "text": "Compare them."},
+        {"type": "image_url", "image_url": {"url": _png(640, 480)}},
+        {"type": "image_url", "image_url": url},
+    ]
+    body = {"messages": [{"role": "user", "content": parts}], "max_tokens": 10}
+    inline = (476 // 28) * (644 // 28)  # SGLang's resize to multiples of 28 (476 x 644), one token each
+    most = 12845056 // 28**2  # QWEN25_VL's max_pixels in 28-pixel patches
+
+    async def scenario() -> None:
+        async with held_engine_behind_gate(_limits(tmp_path), tokenizer=folder) as (
+            engine,
+            gate,
+            url_,
+            session,
+        ):
+            engine.max_total_num_tokens = 100_000
+            await until(lambda: (gate.admission.token_budget or 0) > 50_000, "the engine's capacity")
+            engine.tokenize_count = 40  # the text and two placeholders, as SGLang's /v1/tokenize counts
+            held = asyncio.create_task(session.post(url_ + "/v1/chat/completions", json=body))
+            await until(lambda: engine.running == 1, "the chat admitted")
+            assert gate.admission.in_flight_tokens == 40 + inline + most + 10
+            engine.release.set()
+            (await held).close()
 
     try:
         run(scenario())

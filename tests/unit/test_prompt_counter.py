@@ -12,15 +12,11 @@ from typing import Any
 import pytest
 from transformers import AutoTokenizer
 
-from kvant_runtime.prompt_counter import (
-    LONG_TEXT_CHARS,
-    ByteEstimate,
-    ModelTokenizer,
-    TokenizerError,
-    load_counter,
-)
+from kvant_runtime.prompt_counter import ByteEstimate, ModelTokenizer, load_counter
 from kvant_runtime.request_cost import cost_request
 from kvant_runtime.tinychat import ensure_tiny_chat_model
+from kvant_runtime.tokenizer_files import LONG_TEXT_CHARS, TokenizerError
+from tests.tokenizer_kinds import sentencepiece_folder, tiktoken_folder
 
 TEXTS = [
     "The harbour wakes before the town does.",
@@ -89,7 +85,19 @@ def test_the_estimate_learns_the_engines_counts():
     assert estimate.text(text) == pytest.approx(200, rel=0.05)
     for _ in range(50):
         estimate.learn(estimate.text(text), 100_000)  # an absurd report moves it only to the bound
-    assert estimate.scale <= 4.0
+    assert estimate.scales["text"] <= 4.0
+
+
+def test_the_estimate_learns_each_request_shape_apart():
+    estimate = ByteEstimate()
+    chat = {"messages": [{"role": "user", "content": "y" * 400}]}
+    before = estimate.chat(chat)
+    for _ in range(200):
+        estimate.learn(estimate.chat(chat), 3 * before, "chat")  # a template three times the bytes
+    assert estimate.chat(chat) == pytest.approx(3 * before, rel=0.05)
+    assert estimate.scales["text"] == 1.0 and estimate.text("x" * 400) == 100  # prose untouched
+    estimate.learn(100, 100, "audio")  # a shape it does not know is ignored, not a new key
+    assert set(estimate.scales) == {"text", "chat"}
 
 
 def test_a_folder_without_a_tokenizer_estimates_and_a_broken_one_is_named(tmp_path, model):
@@ -109,3 +117,31 @@ def test_a_long_prompt_is_counted_alike_off_the_gil(model):
     assert len(long_text) > LONG_TEXT_CHARS
     reference = AutoTokenizer.from_pretrained(model)
     assert counter.text(long_text) == len(reference.encode(long_text))
+
+
+def test_a_sentencepiece_folder_without_tokenizer_json_is_counted_exactly(tmp_path):
+    """Llama-2-style: tokenizer.model only. Loaded as SGLang loads it (AutoTokenizer), not estimated."""
+    folder = sentencepiece_folder(tmp_path / "sp", "{{ bos_token }}{{ messages[0]['content'] }}")
+    counter = load_counter(folder)
+    assert isinstance(counter, ModelTokenizer)
+    reference = AutoTokenizer.from_pretrained(folder)
+    for text in TEXTS:
+        assert counter.text(text) == len(reference.encode(text))  # with its BOS, as the engine counts
+    long_text = TEXTS[0] * 200
+    assert counter.text(long_text) == len(reference.encode(long_text))
+
+
+def test_a_repositorys_own_tokenizer_code_runs_only_where_the_engine_trusts_it(tmp_path):
+    """Kimi-K2-style: a tiktoken encoding behind the repository's tokenizer class (auto_map)."""
+    folder = tiktoken_folder(tmp_path / "tiktoken", "{{ messages[0]['content'] }}")
+    with pytest.raises(TokenizerError, match=r"--trust-remote-code"):
+        load_counter(folder)  # the engine would not load it either without the flag
+    counter = load_counter(folder, trust_remote_code=True)
+    assert isinstance(counter, ModelTokenizer)
+    reference = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    for text in TEXTS:
+        assert counter.text(text) == len(reference.encode(text))
+    assert counter.text(TEXTS[0]) < ByteEstimate().text(TEXTS[0]) * 2  # a real vocabulary, not bytes
+    assert counter.chat({"messages": [{"role": "user", "content": TEXTS[1]}]}) == len(
+        reference.encode(TEXTS[1], add_special_tokens=False)
+    )

@@ -21,10 +21,13 @@ So the gate and the simulator count the way SGLang does:
 - token ids are their own count.
 
 The gate asks the engine first (`gate/engine_count.py`): this counter is its fallback, and the
-simulator's. `tokenizers` (Rust) and `jinja2` are light; transformers itself is not imported.
-Without a tokenizer, `ByteEstimate` counts bytes/4 (a chat's tools by their JSON) and learns a
-correction from the prompt token counts the engine reports (`meta_info.prompt_tokens`, OpenAI
-`usage.prompt_tokens`): the ratio of reported to estimated tokens, averaged over recent answers.
+simulator's. The tokenizer is loaded as SGLang loads it (`tokenizer_files`): `tokenizer.json` through
+`tokenizers` (Rust, light; transformers is not imported), a SentencePiece, tiktoken or
+repository-code tokenizer through transformers, the repository's code only where the engine runs
+with `--trust-remote-code`. Without a tokenizer, `ByteEstimate` counts bytes/4 (a chat's tools by
+their JSON) and learns a correction from the prompt token counts the engine reports
+(`meta_info.prompt_tokens`, OpenAI `usage.prompt_tokens`): the ratio of reported to estimated
+tokens, averaged over recent answers, for text and chat prompts apart.
 """
 
 from __future__ import annotations
@@ -45,21 +48,23 @@ from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from kvant_runtime.chat_render import ChatRender, chat_render, template_content_format
+from kvant_runtime.tokenizer_files import (
+    SPECIAL_TOKENS,
+    TOKENIZER_CONFIG,
+    Encoder,
+    TokenizerError,
+    load_encoder,
+)
 from kvant_runtime.tokens import CHAT_TOKENS_PER_MESSAGE, estimate_text_tokens, message_text
 
 log = logging.getLogger("kvant.tokens")
 
-TOKENIZER_FILE = "tokenizer.json"
-TOKENIZER_CONFIG = "tokenizer_config.json"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
-# transformers' named special tokens, which every chat template is rendered with.
-SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 # The learned correction of the bytes estimate: an average over about this many answers, within bounds
 # that keep one odd answer (a prompt of emoji, a JSON blob) from swinging admission far.
 CORRECTION_WEIGHT = 1 / 32
 CORRECTION_BOUNDS = (0.5, 4.0)
-# Texts longer than this are encoded without holding the GIL (ModelTokenizer._count).
-LONG_TEXT_CHARS = 4096
+SHAPES = ("text", "chat")  # request shapes the estimate learns a correction for, each its own
 
 
 class PromptCounter(Protocol):
@@ -70,38 +75,36 @@ class PromptCounter(Protocol):
     def chat(self, payload: dict[str, Any]) -> int:
         """The prompt tokens of a chat request (`messages` and what else reaches its template)."""
 
-    def learn(self, counted: int, reported: int) -> None:
-        """The engine reported `reported` prompt tokens for a prompt this counter counted `counted`."""
-
-
-class TokenizerError(ValueError):
-    """The served folder's tokenizer cannot be loaded; the message names the file."""
+    def learn(self, counted: int, reported: int, shape: str = "text") -> None:
+        """The engine reported `reported` prompt tokens for a prompt of `shape` ("text" or "chat") this
+        counter counted `counted`."""
 
 
 class ByteEstimate:
-    """bytes/4 per text, plus markers per chat message, scaled by what the engine reports."""
+    """bytes/4 per text, plus markers per chat message, scaled by what the engine reports: a scale per
+    request shape, since a template's markers and tools err otherwise than prose does."""
 
     exact = False
 
     def __init__(self) -> None:
-        self.scale = 1.0
+        self.scales = dict.fromkeys(SHAPES, 1.0)
 
     def text(self, text: str) -> int:
-        return math.ceil(estimate_text_tokens(text) * self.scale)
+        return math.ceil(estimate_text_tokens(text) * self.scales["text"])
 
     def chat(self, payload: dict[str, Any]) -> int:
         messages = payload.get("messages") or []
         raw = sum(CHAT_TOKENS_PER_MESSAGE + estimate_text_tokens(_text_of(m)) for m in messages)
         tools = chat_render(payload).tools  # rendered into the prompt: their JSON's bytes at least
         raw += estimate_text_tokens(json.dumps(tools)) if tools else 0
-        return math.ceil(raw * self.scale)
+        return math.ceil(raw * self.scales["chat"])
 
-    def learn(self, counted: int, reported: int) -> None:
-        if counted <= 0 or reported <= 0:
+    def learn(self, counted: int, reported: int, shape: str = "text") -> None:
+        if counted <= 0 or reported <= 0 or shape not in self.scales:
             return
-        unscaled = counted / self.scale
-        ratio = min(max(reported / unscaled, CORRECTION_BOUNDS[0]), CORRECTION_BOUNDS[1])
-        self.scale += (ratio - self.scale) * CORRECTION_WEIGHT
+        scale = self.scales[shape]
+        ratio = min(max(reported / (counted / scale), CORRECTION_BOUNDS[0]), CORRECTION_BOUNDS[1])
+        self.scales[shape] = scale + (ratio - scale) * CORRECTION_WEIGHT
 
 
 class ModelTokenizer:
@@ -109,16 +112,16 @@ class ModelTokenizer:
 
     exact = True
 
-    def __init__(self, folder: Path) -> None:
-        from tokenizers import Tokenizer  # noqa: PLC0415
-
-        path = folder / TOKENIZER_FILE
-        try:
-            self._tokenizer = Tokenizer.from_file(str(path))
-        except Exception as error:  # tokenizers raises its own Exception subclass for a bad file
-            raise TokenizerError(f"cannot load the tokenizer {path}: {error}") from None
+    def __init__(
+        self, folder: Path, *, trust_remote_code: bool = False, encoder: Encoder | None = None
+    ) -> None:
+        found = encoder or load_encoder(folder, trust_remote_code=trust_remote_code)
+        if found is None:
+            raise TokenizerError(f"{folder} holds no tokenizer")
+        self._encoder = found
         config = _read_config(folder / TOKENIZER_CONFIG)
         self._specials = {k: text for k in SPECIAL_TOKENS if (text := _token_text(config.get(k)))}
+        self._specials.update(found.special_tokens())
         self._templates = _templates(folder, config)
 
     def text(self, text: str) -> int:
@@ -150,8 +153,8 @@ class ModelTokenizer:
         tokenizer's special tokens, less a leading BOS."""
         if not render.assistant_prefix:
             return 0
-        ids = self._tokenizer.encode(render.assistant_prefix, add_special_tokens=True).ids
-        bos = self._tokenizer.token_to_id(self._specials.get("bos_token", "")) if self._specials else None
+        ids = self._encoder.ids(render.assistant_prefix, special_tokens=True)
+        bos = self._encoder.token_id(self._specials.get("bos_token", ""))
         return len(ids) - (1 if ids and bos is not None and ids[0] == bos else 0)
 
     def _template_for(self, payload: dict[str, Any]) -> ChatTemplate | None:
@@ -159,17 +162,11 @@ class ModelTokenizer:
             return self._templates["tool_use"]
         return self._templates.get("default")
 
-    def learn(self, counted: int, reported: int) -> None:
+    def learn(self, counted: int, reported: int, shape: str = "text") -> None:
         return  # exact: nothing to learn
 
     def _count(self, text: str, special_tokens: bool) -> int:
-        if len(text) <= LONG_TEXT_CHARS:
-            return len(self._tokenizer.encode(text, add_special_tokens=special_tokens).ids)
-        # `encode` holds the GIL for its whole run (measured: 0.7 s for 40K tokens on a loaded 2-core
-        # machine, every other thread stalled); `encode_batch` releases it, so the gate's event loop
-        # keeps relaying while a worker thread counts a long prompt.
-        (found,) = self._tokenizer.encode_batch([text], add_special_tokens=special_tokens)
-        return len(found.ids)
+        return self._encoder.count(text, special_tokens)
 
 
 @dataclass(frozen=True)
@@ -243,11 +240,11 @@ class _GenerationBlock(Extension):
         return caller()
 
 
-def load_counter(folder: Path | None) -> PromptCounter:
-    """The model's tokenizer when `folder` has one, else the bytes estimate."""
-    if folder is not None and (folder / TOKENIZER_FILE).is_file():
-        return ModelTokenizer(folder)
-    return ByteEstimate()
+def load_counter(folder: Path | None, *, trust_remote_code: bool = False) -> PromptCounter:
+    """The model's tokenizer when `folder` has one (loaded as SGLang loads it, with the repository's
+    own code only when the engine trusts it), else the bytes estimate."""
+    encoder = load_encoder(folder, trust_remote_code=trust_remote_code) if folder is not None else None
+    return ByteEstimate() if encoder is None else ModelTokenizer(folder or Path(), encoder=encoder)
 
 
 def _read_config(path: Path) -> dict[str, Any]:

@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from kvant_runtime.image_tokens import ImageProcessor
 from kvant_runtime.prompt_counter import ByteEstimate, PromptCounter
 from kvant_runtime.tokens import BYTES_PER_TOKEN, DEFAULT_MAX_NEW_TOKENS
 
@@ -80,6 +81,7 @@ class Cost:
     sequences: int = 0  # and this many sequences (prompts x samples), each growing up to `limit`
     limit: int = 0
     counted: bool = False  # the prompt was text or messages the counter counted (not token ids)
+    shape: str = "text"  # "chat" for messages: the counter learns a correction per shape
 
 
 def cost_request(
@@ -90,9 +92,11 @@ def cost_request(
     priority: int | None = None,
     *,
     engine_counts: list[int] | None = None,
+    images: ImageProcessor | None = None,
 ) -> Cost:
     """`engine_counts`: the engine's own count of each of the request's prompts (gate/engine_count.py),
-    used instead of `counter`."""
+    used instead of `counter`. `images`: the model's image processor, for the tokens its image parts
+    become beyond their placeholder (kvant_runtime.image_tokens); None for a model that reads text."""
     try:
         payload = json.loads(body) if body.strip() else {}
     except ValueError:
@@ -106,18 +110,21 @@ def cost_request(
     # Counted by the gate's counter, which may then learn from the engine's report; not when the
     # prompt was token ids or the engine counted it.
     counted = not _token_ids(payload) and engine_counts is None
+    pictured = images.reserve(payload) if images is not None and prompts else 0
+    if pictured:  # the images' tokens: not the counter's to learn from
+        prompts, counted = [prompts[0] + pictured, *prompts[1:]], False
     parallel = samples(payload)
     written = _with_priority(path, payload, priority)
+    shape = "chat" if "messages" in payload else "text"
     if path in PROMPT_ONLY_PATHS:
-        return Cost(sum(prompts), _forwarded(written, body), sum(prompts), 0, 0, counted)
+        return Cost(sum(prompts), _forwarded(written, body), sum(prompts), 0, 0, counted, shape)
     limit = output_limit(payload)
     if limit is None:
         limit, with_limit = _with_limit(path, written or payload, default_max_tokens)
         written = with_limit or written
     sequences = len(prompts) * parallel
-    return Cost(
-        sum(prompts) + sequences * limit, _forwarded(written, body), sum(prompts), sequences, limit, counted
-    )
+    held = sum(prompts) + sequences * limit
+    return Cost(held, _forwarded(written, body), sum(prompts), sequences, limit, counted, shape)
 
 
 def _forwarded(written: dict[str, Any] | None, body: bytes) -> bytes:

@@ -251,6 +251,10 @@ def _launch_spec(inputs: ServingInputs, role: Role) -> LaunchSpec:
     )
 
 
+# SGLang's flag (a store_true) that lets the engine run a repository's own code; the gate follows it.
+TRUST_REMOTE_CODE = "--trust-remote-code"
+
+
 def _gate_container(inputs: ServingInputs, role: Role) -> Obj:
     container: Obj = {
         "name": "gate",
@@ -269,9 +273,11 @@ def _gate_container(inputs: ServingInputs, role: Role) -> Obj:
             # Admission is bounded by the plan until the engine reports its own capacity.
             "--planned-kv-tokens",
             str(inputs.plan.kv_tokens_per_replica),
-            # Prompts are counted with the model's own tokenizer, as the engine counts them.
+            # Prompts are counted with the model's own tokenizer, as the engine counts them, and loaded
+            # as the engine loads it: with the repository's own code only where the engine runs it.
             "--tokenizer",
             inputs.model_dir.path,
+            *([TRUST_REMOTE_CODE] if TRUST_REMOTE_CODE in role.engine_args else []),
             # On SIGTERM it drains for this long at most; the live limits may end it sooner.
             "--drain-seconds",
             str(DRAIN_CEILING_SECONDS),

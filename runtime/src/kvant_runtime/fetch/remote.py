@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Protocol
 
 # What serving needs, when the spec names no `allowPatterns`: weights, their index, the configs, the
-# tokenizer and chat template, and the model's own Python (trust_remote_code models such as Kimi-K2).
+# tokenizer and chat template, a multimodal model's processor configs (SGLang's processor reads them,
+# and the gate counts image tokens from them), and the model's own Python (trust_remote_code models
+# such as Kimi-K2).
 DEFAULT_PATTERNS: tuple[str, ...] = (
     "*.safetensors",
     "*.safetensors.index.json",
@@ -22,6 +24,9 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     "*.tiktoken",
     "tiktoken.model",
     "chat_template*",
+    "preprocessor_config.json",
+    "processor_config.json",
+    "video_preprocessor_config.json",
     "*.py",
 )
 

@@ -10,7 +10,7 @@ SGLang's `/v1/tokenize` runs the same function on a chat body (`_process_message
 `/v1/chat/completions` does) and answers the count, so the gate asks it, over the pod's loopback,
 for every chat request before it reserves. What the answer leaves out is multimodal expansion: the
 engine's image processor runs on a real request only, so for a model that reads images the count
-holds each image's placeholder, not its tokens (not reserved yet: issue #39).
+holds each image's placeholder, not its tokens; the gate adds those itself (`image_tokens`).
 
 A media part for a model that reads only text is refused by the engine in the same call (400,
 "Model only supports text input; received unsupported content type 'image_url'"), and the gate

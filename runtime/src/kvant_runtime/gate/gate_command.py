@@ -93,8 +93,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--tokenizer",
         type=Path,
         metavar="DIR",
-        help="count prompt tokens with the model's tokenizer.json and chat template in DIR (the served "
+        help="count prompt tokens with the model's tokenizer and chat template in DIR (the served "
         "folder), as the engine does; without one, bytes/4 corrected by the engine's reported counts",
+    )
+    parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="let --tokenizer load the folder's own tokenizer code (its tokenizer_config.json auto_map), "
+        "as the engine does under SGLang's flag of this name; without it such a folder is refused",
     )
     parser.add_argument(
         "--drain-seconds",
@@ -153,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
     from kvant_runtime.gate.draining import SHUTDOWN_GRACE_SECONDS  # noqa: PLC0415
     from kvant_runtime.gate.gate_server import GateConfig, serve_until_signalled  # noqa: PLC0415
     from kvant_runtime.gate.port_relay import RelayConfig  # noqa: PLC0415
-    from kvant_runtime.prompt_counter import TokenizerError  # noqa: PLC0415
+    from kvant_runtime.tokenizer_files import TokenizerError  # noqa: PLC0415
 
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.INFO,
@@ -179,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
         else RelayConfig(args.relay, (upstream_host(args.upstream), args.relay[1])),
         limits_configmap=_limits_configmap(args.limits_configmap),
         tokenizer=args.tokenizer,
+        trust_remote_code=args.trust_remote_code,
         drain_seconds=SHUTDOWN_GRACE_SECONDS if args.drain_seconds is None else args.drain_seconds,
     )
     try:

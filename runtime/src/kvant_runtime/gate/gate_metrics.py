@@ -27,7 +27,7 @@ from kvant_contracts.sglang_metrics import TOKEN_USAGE
 from kvant_contracts.tenancy import OTHER_TENANTS, PRIORITIES, TOP_TENANTS, Priority
 from kvant_runtime.gate.admission import Admission
 from kvant_runtime.gate.forecast import OutputForecast
-from kvant_runtime.prompt_counter import PromptCounter
+from kvant_runtime.prompt_counter import SHAPES, PromptCounter
 
 # Tenants whose admitted tokens are remembered for the ranking, at most; past it the smallest are
 # forgotten (they were far from the top), so a gateway naming endless tenants cannot grow the gate.
@@ -288,8 +288,18 @@ def bind_prompt_counter(metrics: GateMetrics, counter: PromptCounter) -> None:
         "1: prompts are counted with the model's own tokenizer; 0: estimated from bytes.",
         registry=metrics.registry,
     ).set(1 if counter.exact else 0)
-    Gauge(
+    scale = Gauge(
         "kvant_gate_prompt_estimate_scale",
-        "The bytes estimate's correction learned from the engine's reported prompt tokens (1 when exact).",
+        "The bytes estimate's correction learned from the engine's reported prompt tokens, by request "
+        "shape (text or chat; 1 when exact).",
+        ["shape"],
         registry=metrics.registry,
-    ).set_function(lambda: getattr(counter, "scale", 1.0))
+    )
+    for shape in SHAPES:
+        scale.labels(shape).set_function(functools.partial(_learned_scale, counter, shape))
+
+
+def _learned_scale(counter: PromptCounter, shape: str) -> float:
+    """The estimate's correction for `shape`; 1 for an exact counter, which learns none."""
+    scales: dict[str, float] = getattr(counter, "scales", {})
+    return float(scales.get(shape, 1.0))

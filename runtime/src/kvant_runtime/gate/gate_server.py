@@ -38,6 +38,7 @@ from kvant_runtime.gate.limits_watch import ConfigMapWatch, LimitsConfigMap
 from kvant_runtime.gate.loops import EngineLoadLoop, LimitsFollower, LocalLoop, watch_limits
 from kvant_runtime.gate.port_relay import RelayConfig, running_relay
 from kvant_runtime.gate.proxy import Proxy
+from kvant_runtime.image_tokens import load_image_processor
 from kvant_runtime.prompt_counter import load_counter
 
 log = logging.getLogger("kvant.gate")
@@ -69,6 +70,7 @@ class GateConfig:
     relay: RelayConfig | None = None  # prefill/decode: the bootstrap port, pod IP -> engine (port_relay)
     limits_configmap: LimitsConfigMap | None = None  # unset: the limits file is the only source
     tokenizer: Path | None = None  # the served folder: its tokenizer counts prompts (prompt_counter)
+    trust_remote_code: bool = False  # the folder's own tokenizer code may run, as in the engine
     # The most the drain lasts; under it, the live limits' own deadline (kvant_contracts.drain).
     drain_seconds: float = SHUTDOWN_GRACE_SECONDS
     drain_quiet_seconds: float = DRAIN_QUIET_SECONDS
@@ -86,10 +88,16 @@ class Gate:
         self.forecast = OutputForecast()
         self.admission.set_margin(self._forecast_margin)
         bind_forecast(self.metrics, self.forecast, self.admission)
-        self.counter = load_counter(config.tokenizer)
+        self.counter = load_counter(config.tokenizer, trust_remote_code=config.trust_remote_code)
+        self.images = load_image_processor(config.tokenizer)
         bind_prompt_counter(self.metrics, self.counter)
         self.traffic = Traffic()
-        log.info("event=prompt_counter exact=%s folder=%s", self.counter.exact, config.tokenizer)
+        log.info(
+            "event=prompt_counter exact=%s images=%s folder=%s",
+            self.counter.exact,
+            self.images.name if self.images else "none",
+            config.tokenizer,
+        )
 
     def _forecast_margin(self, sequences: int) -> int:
         """The forecast's allowance for the in-flight total's spread, in forecast admission only."""
@@ -195,6 +203,7 @@ async def running_gate(config: GateConfig) -> AsyncIterator[tuple[Gate, list[tup
             forecast=gate.forecast,
             counter=gate.counter,
             traffic=gate.traffic,
+            images=gate.images,
         )
         app = web.Application()
         app.router.add_get(METRICS_PATH, gate.metrics_handler)

@@ -36,8 +36,10 @@ from kvant_runtime.gate.forecast import OutputForecast
 from kvant_runtime.gate.gate_metrics import GateMetrics
 from kvant_runtime.gate.refusals import Rejected
 from kvant_runtime.gate.route_policy import RouteClass, classify
-from kvant_runtime.prompt_counter import LONG_TEXT_CHARS, ByteEstimate, PromptCounter
+from kvant_runtime.image_tokens import ImageProcessor
+from kvant_runtime.prompt_counter import ByteEstimate, PromptCounter
 from kvant_runtime.request_cost import BadRequest, cost_request
+from kvant_runtime.tokenizer_files import LONG_TEXT_CHARS
 
 # A client that has not sent its whole body by then is cut off (408): a slow sender holds no slot.
 BODY_READ_SECONDS = 30.0
@@ -72,10 +74,12 @@ class Proxy:
         forecast: OutputForecast | None = None,
         counter: PromptCounter | None = None,
         traffic: Traffic | None = None,
+        images: ImageProcessor | None = None,
     ) -> None:
         self.upstream = upstream.rstrip("/")
         self.forecast = forecast or OutputForecast()
         self.counter = counter or ByteEstimate()
+        self.images = images  # a model that reads images: the tokens its image parts become
         self.admission = admission
         self.metrics = metrics
         self.session = session
@@ -166,7 +170,7 @@ class Proxy:
         ]
         engine_counts = await self._engine_count(request.path, body)
         try:
-            if self.counter.exact and len(body) > INLINE_COUNT_BYTES:
+            if (self.counter.exact or self.images) and len(body) > INLINE_COUNT_BYTES:
                 # A tokenizer takes milliseconds per 1,000 tokens (bench/gate/token_count.py): off the
                 # event loop, so one long prompt does not stall every other request's relay.
                 cost = await asyncio.to_thread(
@@ -177,10 +181,17 @@ class Proxy:
                     self.counter,
                     priority,
                     engine_counts=engine_counts,
+                    images=self.images,
                 )
             else:
                 cost = cost_request(
-                    request.path, body, default, self.counter, priority, engine_counts=engine_counts
+                    request.path,
+                    body,
+                    default,
+                    self.counter,
+                    priority,
+                    engine_counts=engine_counts,
+                    images=self.images,
                 )
         except BadRequest as bad:
             raise Refused(400, "bad_request", str(bad)) from None
@@ -224,7 +235,7 @@ class Proxy:
             # And what the prompt really held: from single-sequence answers only, since SGLang reports
             # the prompt once per sample of a batch or of `n`, where the gate counted it once.
             if cost.counted and cost.sequences == 1 and answered.prompt_tokens:
-                self.counter.learn(cost.prompt_tokens, answered.prompt_tokens)
+                self.counter.learn(cost.prompt_tokens, answered.prompt_tokens, cost.shape)
 
     async def _engine_count(self, path: str, body: bytes) -> list[int] | None:
         """The engine's count of each of the request's prompts, or None (the gate counts them)."""

@@ -75,8 +75,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--tokenizer",
         type=Path,
         metavar="DIR",
-        help="count prompt tokens with the model's tokenizer.json and chat template in DIR (the served "
+        help="count prompt tokens with the model's tokenizer and chat template in DIR (the served "
         "folder), as SGLang does; default: the bytes estimate",
+    )
+    parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="let --tokenizer load the folder's own tokenizer code, as SGLang's flag of this name does",
     )
     parser.add_argument(
         "--stream-interval",
@@ -104,12 +109,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     from aiohttp import web  # noqa: PLC0415
 
-    from kvant_runtime.prompt_counter import TokenizerError, load_counter  # noqa: PLC0415
+    from kvant_runtime.prompt_counter import load_counter  # noqa: PLC0415
     from kvant_runtime.sim.cost import CostModel  # noqa: PLC0415
     from kvant_runtime.sim.engine import Engine, EngineConfig  # noqa: PLC0415
     from kvant_runtime.sim.output_lengths import OutputLengthsError, parse_output_lengths  # noqa: PLC0415
     from kvant_runtime.sim.plan_file import PlanError, read_plan_capacity  # noqa: PLC0415
     from kvant_runtime.sim.sim_server import ServerInfo, SimServer  # noqa: PLC0415
+    from kvant_runtime.tokenizer_files import TokenizerError  # noqa: PLC0415
 
     kv_tokens, kv_bytes, dtype, page_size = args.kv_tokens, args.kv_bytes_per_token, "auto", 1
     if args.plan is not None:
@@ -166,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
         args.model_name, dtype, page_size, args.disaggregation_mode, bootstrap, args.stream_interval
     )
     try:
-        counter = load_counter(args.tokenizer)
+        counter = load_counter(args.tokenizer, trust_remote_code=args.trust_remote_code)
     except TokenizerError as error:
         print(f"kvant sim: {error}", file=sys.stderr)
         return 2
