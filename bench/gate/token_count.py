@@ -8,19 +8,35 @@ both on the same request bodies (the tiny chat model's 2,048-entry BPE, so a rea
 `--repeat` rounds, and prints the tokenizer's cost per request against the bytes estimate and
 against the gate's whole CPU per request measured by `bench/gate/latency.py` (542 µs).
 
-    python bench/gate/token_count.py [--repeat 5]
+With `--engine`, it also starts the real SGLang engine on the same model (CPU backend, as
+`bench/protection/real_engine.py` does) and times what the gate now does for every chat request: ask
+the engine's `/v1/tokenize` over loopback, on one kept-alive connection as the gate's session does.
+Against it, in the same run: the gate's own count of the same body, and the engine's time to the
+first token of the same chat with `max_tokens` 1 (the request the count guards). Median and p95 of
+`--calls` sequential calls each, the engine idle otherwise.
+
+    python bench/gate/token_count.py [--repeat 5] [--engine] [--calls 50]
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
+import statistics
+import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from kvant_runtime.prompt_counter import ByteEstimate, ModelTokenizer, PromptCounter
 from kvant_runtime.request_cost import cost_request
 from kvant_runtime.tinychat import ensure_tiny_chat_model
+
+# Run by path, the bench has its own folder on sys.path, not the repository root.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.real_engine import real_engine
 
 GATE_CPU_PER_REQUEST_US = 542.0  # bench/README.md, Gate: non-streaming /generate on a quiet machine
 SENTENCE = "The harbour wakes before the town does, and the boats round the breakwater in the grey light. "
@@ -47,11 +63,75 @@ def per_request_us(counter: PromptCounter, path: str, body: bytes, repeat: int) 
     return best * 1e6
 
 
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": f"lookup_{i}",
+            "description": "Looks up records of one kind in the archive, newest first. " * 6,
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+        },
+    }
+    for i in range(8)
+]
+
+
+def chat_bodies() -> dict[str, dict[str, object]]:
+    question = [{"role": "user", "content": "Find the last three reports about the harbour."}]
+    prose = [{"role": "user", "content": SENTENCE * 40}]
+    return {
+        "short chat": {"messages": question},
+        "chat + 8 tools": {"messages": question, "tools": TOOLS},
+        "long chat": {"messages": prose},
+    }
+
+
+def timed_ms(connection: http.client.HTTPConnection, path: str, body: dict[str, object]) -> float:
+    payload = json.dumps(body).encode()
+    started = time.perf_counter()
+    connection.request("POST", path, payload, {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    answer = response.read()
+    if response.status != 200:
+        raise SystemExit(f"{path} answered {response.status}: {answer[:300]!r}")
+    return (time.perf_counter() - started) * 1e3
+
+
+def engine_rows(calls: int) -> None:
+    """The engine's /v1/tokenize against the gate's own count and the engine's first token."""
+    model = ensure_tiny_chat_model()
+    counter = ModelTokenizer(model)
+    workdir = Path(tempfile.mkdtemp(prefix="kvant-bench-token-count-"))
+    with real_engine(model, 4096, workdir) as url:
+        host, port = url.removeprefix("http://").split(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=60)
+        print()
+        print("| request | prompt tokens | engine /v1/tokenize median (p95) | gate's own count | "
+              "first token, max_tokens 1, median | tokenize ÷ first token |")  # fmt: skip
+        print("|---|---|---|---|---|---|")
+        for name, body in chat_bodies().items():
+            ask = {**body, "model": "bench"}
+            tokenize = sorted(timed_ms(connection, "/v1/tokenize", ask) for _ in range(calls))
+            first = sorted(
+                timed_ms(connection, "/v1/chat/completions", {**ask, "max_tokens": 1}) for _ in range(calls)
+            )
+            own = per_request_us(counter, "/v1/chat/completions", json.dumps(body).encode(), 3) / 1e3
+            median = statistics.median(tokenize)
+            p95 = tokenize[int(0.95 * (len(tokenize) - 1))]
+            print(
+                f"| {name} | {counter.chat(body)} | {median:.2f} ms ({p95:.2f}) | {own:.2f} ms | "
+                f"{statistics.median(first):.1f} ms | {median / statistics.median(first):.3f} |"
+            )
+        connection.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--engine", action="store_true", help="also time the real engine's /v1/tokenize")
+    parser.add_argument("--calls", type=int, default=50, help="calls per request kind with --engine")
     args = parser.parse_args()
     exact, estimate = ModelTokenizer(ensure_tiny_chat_model()), ByteEstimate()
     paths = {"generate": "/generate", "chat": "/v1/chat/completions"}
@@ -67,6 +147,8 @@ def main() -> None:
                 f"| {kind} | {tokens} | {by_bytes:.0f} µs | {by_tokenizer:.0f} µs | {added:+.0f} µs | "
                 f"{added / GATE_CPU_PER_REQUEST_US:.2f} |"
             )
+    if args.engine:
+        engine_rows(args.calls)
 
 
 if __name__ == "__main__":
