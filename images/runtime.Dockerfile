@@ -14,12 +14,13 @@ COPY contracts/ contracts/
 COPY kernels/ kernels/
 COPY runtime/ runtime/
 # --no-deps: SGLang's image already carries torch, transformers, safetensors, compressed-tensors,
-# aiohttp, numpy and prometheus-client built for its CUDA; reinstalling them would replace its torch.
+# aiohttp, numpy and prometheus-client built for its CUDA, and the tokenizer and image libraries the
+# gate loads as SGLang does (sentencepiece, tiktoken, pillow); reinstalling them would replace its torch.
 # The import check fails the build if one of them is missing.
 # numba (the converter's INT4 kernel) is the one addition; its kernels are compiled here, into the
 # package's on-disk cache, so no converter pod pays the compile.
 RUN pip install --no-cache-dir --no-deps -c constraints.txt numba llvmlite ./cli ./contracts ./kernels ./runtime \
-    && python -c "import kvant_runtime.runtime_commands, kvant_kernels, compressed_tensors, safetensors, aiohttp, yaml, prometheus_client" \
+    && python -c "import kvant_runtime.runtime_commands, kvant_kernels, compressed_tensors, safetensors, aiohttp, yaml, prometheus_client, sentencepiece, tiktoken, PIL" \
     && python -c "import numpy as np; from kvant_kernels.int4 import quantize_pack; \
 quantize_pack(np.zeros((1, 32), np.uint16), 'BF16', 32); quantize_pack(np.zeros((1, 32), np.float32), 'F32', 32, 'BF16')" \
     && kvant --help > /dev/null
