@@ -4,8 +4,9 @@ A real cluster upgrades from one set of images to another. The local node agent 
 runtime: it runs Kvant's images (`kvant-operator`, `kvant-runtime`) as processes of this checkout's
 virtualenv, whatever their tag. So that an upgrade test can start from what an earlier commit built,
 an image tagged `git-<commit>` runs that commit's source instead: its packages lead `PYTHONPATH`, and
-the virtualenv supplies the third-party dependencies. That holds while the commit's dependency pins
-are this checkout's (`check_out` refuses a commit whose pins differ, rather than run it half-built).
+the virtualenv supplies the third-party dependencies. That holds while every dependency the commit
+pins is pinned here alike (this checkout may add packages the old code never imports, but neither
+change nor drop one); `check_out` refuses any other commit rather than run it half-built.
 
 The commit's tree is extracted once with `git archive` into the cache folder, keyed by the commit.
 """
@@ -16,6 +17,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import tomllib
 from pathlib import Path
 
 from kvant_dev.toolchain import cache_dir
@@ -68,7 +70,7 @@ def check_out(commit: str, repo: Path = REPO) -> tuple[str, Path]:
             f"commit {commit} is not in {repo}'s history: a shallow clone lacks it "
             "(git fetch --unshallow), or the commit id is wrong"
         )
-    changed = [path for path in PINS if _git(repo, "diff", "--quiet", full, "--", path) is None]
+    changed = [path for path in PINS if not pins_kept(repo, full, path)]
     if changed:
         raise ReleaseError(
             f"commit {full[:12]} pins other dependencies than this checkout ({', '.join(changed)}): "
@@ -92,6 +94,28 @@ def check_out(commit: str, repo: Path = REPO) -> tuple[str, Path]:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return tag, tree
+
+
+def pins_kept(repo: Path, commit: str, path: str) -> bool:
+    """Whether this checkout's `path` keeps what `commit`'s pins: every constraint line, every
+    dependency, and the rest of a pyproject unchanged (its entry points decide what the venv runs)."""
+    old, new = (
+        _git(repo, "show", f"{commit}:{path}"),
+        (repo / path).read_text() if (repo / path).is_file() else None,
+    )
+    if old is None or new is None:
+        return old == new
+    if path.endswith("pyproject.toml"):
+        before, after = tomllib.loads(old), tomllib.loads(new)
+        old_deps = set(before.get("project", {}).pop("dependencies", []))
+        new_deps = set(after.get("project", {}).pop("dependencies", []))
+        return old_deps <= new_deps and before == after
+    return _pins(old) <= _pins(new)
+
+
+def _pins(text: str) -> set[str]:
+    """A constraints file's requirement lines, without comments and blank lines."""
+    return {line.split("#", 1)[0].strip() for line in text.splitlines()} - {""}
 
 
 def _git(repo: Path, *args: str) -> str | None:
