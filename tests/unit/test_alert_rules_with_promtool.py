@@ -40,7 +40,9 @@ def test_the_promtool_unit_tests_pass() -> None:
 
 def test_every_alert_has_a_firing_and_a_not_firing_case() -> None:
     cases = [c for t in yaml.safe_load(TESTS.read_text())["tests"] for c in t.get("alert_rule_test", [])]
-    for name in _alerts():
+    alerts = _alerts()
+    assert alerts, f"no alert rules were read from {RULES.relative_to(ROOT)}"
+    for name in alerts:
         mine = [c for c in cases if c["alertname"] == name]
         assert any(c.get("exp_alerts") for c in mine), f"{name} never fires in the tests"
         assert any(not c.get("exp_alerts") for c in mine), f"{name} has no not-firing case"
@@ -52,7 +54,9 @@ def test_every_runbook_link_names_a_section_of_the_runbook_page() -> None:
     site_url = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["site_url"]
     page = f"{site_url.rstrip('/')}/operations/runbook/"
     ids = set(re.findall(r"^#+ .*\{#([a-z0-9-]+)\}\s*$", RUNBOOK.read_text(), flags=re.MULTILINE))
-    for name, rule in _alerts().items():
+    alerts = _alerts()
+    assert alerts, f"no alert rules were read from {RULES.relative_to(ROOT)}"
+    for name, rule in alerts.items():
         url, _, anchor = rule["annotations"]["runbook_url"].partition("#")
         assert url == page, f"{name}: runbook_url {url} is not the runbook page {page}"
         assert anchor == name.lower(), f"{name}: runbook_url anchor #{anchor}, expected #{name.lower()}"

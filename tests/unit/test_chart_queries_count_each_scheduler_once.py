@@ -33,6 +33,7 @@ def _uses(expr: str, name: str) -> list[str]:
 
 @pytest.mark.parametrize("expr", _expressions())
 def test_per_scheduler_series_are_taken_once_per_scheduler(expr: str) -> None:
+    assert PER_SCHEDULER, "kvant_contracts.sglang_metrics.COMBINE names no per-scheduler series"
     for name in PER_SCHEDULER:
         if name not in expr:
             continue

@@ -23,7 +23,9 @@ def _rules(values: Obj) -> list[tuple[str, Obj]]:
 
 @pytest.mark.parametrize("values", [{}, {"watchNamespaces": ["team-a"]}], ids=["clusterwide", "namespaced"])
 def test_no_wildcards_and_no_secrets(values):
-    for _, rule in _rules(values):
+    rules = _rules(values)
+    assert rules, "the chart renders no Role or ClusterRole rules"
+    for _, rule in rules:
         for field in ("apiGroups", "resources", "verbs", "resourceNames"):
             assert "*" not in rule.get(field, []), rule
         assert "secrets" not in rule["resources"], rule
@@ -40,13 +42,19 @@ def test_crds_are_read_only(values):
 
 
 def test_namespaced_mode_grants_nothing_namespaced_cluster_wide():
-    for kind, rule in _rules({"watchNamespaces": ["team-a"]}):
+    rules = _rules({"watchNamespaces": ["team-a"]})
+    assert any(kind == "ClusterRole" for kind, _ in rules), "namespaced mode renders no ClusterRole rules"
+    for kind, rule in rules:
         if kind == "ClusterRole":
             assert set(rule["verbs"]) <= READ_ONLY, rule
             assert set(rule["resources"]) <= {"customresourcedefinitions", "namespaces"}, rule
 
 
 def test_peering_patch_is_limited_to_the_release_peering():
-    for _, rule in _rules({}):
+    rules = _rules({})
+    assert any("kopf.dev" in rule["apiGroups"] and "patch" in rule["verbs"] for _, rule in rules), (
+        "the chart renders no rule that patches kopf.dev peerings"
+    )
+    for _, rule in rules:
         if "kopf.dev" in rule["apiGroups"] and "patch" in rule["verbs"]:
             assert rule["resourceNames"] == ["kvant"], rule

@@ -215,7 +215,9 @@ def test_the_launch_spec_the_operator_renders_is_what_the_launcher_reads(example
     spec = spec_of(model)
     model_dir = Location({"name": "model", "emptyDir": {}}, "/artifacts", "abc")
     inputs = ServingInputs(model, spec, plan(), model_dir, "sha256:abc", OperatorSettings())
-    for role in roles(spec):
+    engine_roles = roles(spec)
+    assert engine_roles, f"{example} renders no engine roles"
+    for role in engine_roles:
         engine = deployment(inputs, role)["spec"]["template"]["spec"]["containers"][0]
         parsed = launch_spec.parse_spec_json(engine["args"][engine["args"].index("--spec-json") + 1])
         assert parsed.to_json() == engine["args"][-1]

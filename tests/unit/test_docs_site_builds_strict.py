@@ -60,7 +60,9 @@ def test_the_site_builds_strict_with_every_page(site: Path) -> None:
             found += pages(value) if isinstance(value, list) else [str(value)]
         return found
 
-    for source in pages(nav):
+    sources = pages(nav)
+    assert sources, "mkdocs.yml's nav lists no pages"
+    for source in sources:
         folder = source.removesuffix(".md")  # use_directory_urls: a/b.md is a/b/index.html
         if folder == "index" or folder.endswith("/index"):
             folder = folder.removesuffix("index")

@@ -73,7 +73,9 @@ def test_the_launcher_sets_sglangs_environment_before_it_starts_sglang(tmp_path)
 def test_a_model_that_sets_no_knob_renders_no_trace_of_them():
     """The launch spec is in the pod template: an upgrade that adds the field must not restart
     engines that do not use it."""
-    for engine in _engine_containers("kimi-k2-int4-experts-fp8kv-8xh200.yaml", {}):
+    engines = _engine_containers("kimi-k2-int4-experts-fp8kv-8xh200.yaml", {})
+    assert engines, "the example renders no engine containers"
+    for engine in engines:
         assert "scheduler" not in json.loads(engine["args"][2])
         assert "env" not in engine or not any(e["name"].startswith("SGLANG_") for e in engine["env"])
 

@@ -93,7 +93,9 @@ def test_sglangs_own_parser_reads_the_rendered_flags(tmp_path: Path) -> None:
     spec = spec_of(model)
     inputs = ServingInputs(model, spec, plan(), source_location(spec), "sha256:abc", OperatorSettings())
     folder = checkpoint(tmp_path, "gqa", "bf16")
-    for role in roles(spec):
+    engine_roles = roles(spec)
+    assert len(engine_roles) == 2, f"expected a prefill and a decode role, got {engine_roles}"
+    for role in engine_roles:
         engine = deployment(inputs, role)["spec"]["template"]["spec"]["containers"][0]
         launch = parse_spec_json(engine["args"][2])
         local = LaunchSpec(**{**launch.__dict__, "modelPath": str(folder), "weightsFormat": "bf16"})

@@ -116,6 +116,7 @@ def test_model_info_resolves_branch_tag_and_sha_with_lfs_sha256(hub: HubStandin,
 def test_downloads_are_byte_identical(hub: HubStandin, tmp_path: Path):
     files = checkpoint(tmp_path / "src")
     sha = publish(hub.root, REPO, tmp_path / "src")
+    assert files, "the checkpoint has no files to download"
 
     for name, data in files.items():
         local = hf_hub_download(

@@ -100,7 +100,9 @@ def test_the_router_is_ready_on_readiness_not_health() -> None:
 
 def test_every_role_spreads_by_default_and_keeps_kubernetes_tolerations() -> None:
     """`preferred` unless the CR says otherwise; lost-node tolerations are Kubernetes' unless set."""
-    for name, deployment in _deployments(_objects("tiny.yaml", replicas=3)).items():
+    deployments = _deployments(_objects("tiny.yaml", replicas=3))
+    assert deployments, "tiny.yaml renders no Deployments"
+    for name, deployment in deployments.items():
         pod = _pod(deployment)
         assert _spread(pod)[NODE_TOPOLOGY]["whenUnsatisfiable"] == "ScheduleAnyway", name
         assert pod["affinity"]["podAntiAffinity"], name
@@ -113,15 +115,17 @@ def test_spread_and_tolerations_follow_the_cr() -> None:
         "lostNodeSeconds": 90,
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
     }
-    for name, deployment in _deployments(_objects("tiny.yaml", replicas=3, placement=placement)).items():
+    deployments = _deployments(_objects("tiny.yaml", replicas=3, placement=placement))
+    assert deployments, "tiny.yaml renders no Deployments"
+    for name, deployment in deployments.items():
         pod = _pod(deployment)
         assert _spread(pod)[NODE_TOPOLOGY]["whenUnsatisfiable"] == "DoNotSchedule", name
         assert _spread(pod)[ZONE_TOPOLOGY]["whenUnsatisfiable"] == "ScheduleAnyway", name
         assert set(_lost_node_seconds(pod).values()) == {90}, name
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
-    for name, deployment in _deployments(
-        _objects("tiny.yaml", replicas=3, placement={"spread": "none"})
-    ).items():
+    unspread = _deployments(_objects("tiny.yaml", replicas=3, placement={"spread": "none"}))
+    assert unspread, "tiny.yaml renders no Deployments"
+    for name, deployment in unspread.items():
         pod = _pod(deployment)
         assert "topologySpreadConstraints" not in pod and "affinity" not in pod, name
         assert _lost_node_seconds(pod) == {}, name

@@ -28,7 +28,9 @@ def test_each_role_renders_a_launch_spec_the_launcher_parses(example: str) -> No
     manifest = body(example)
     spec = spec_of(manifest)
     inputs = ServingInputs(manifest, spec, plan(), MODEL_DIR, "sha256:abc", OperatorSettings())
-    for role in roles(spec):
+    engine_roles = roles(spec)
+    assert engine_roles, f"{example} renders no engine roles"
+    for role in engine_roles:
         engine = deployment(inputs, role)["spec"]["template"]["spec"]["containers"][0]
         assert engine["args"][:2] == ["launch", "--spec-json"]
         launch = parse_spec_json(engine["args"][2])

@@ -20,7 +20,9 @@ def test_every_engine_podmatches_the_engine_selector(example: str) -> None:
     spec = spec_of(model)
     inputs = ServingInputs(model, spec, plan(), source_location(spec), "", OperatorSettings())
     name = model["metadata"]["name"]
-    for role in roles(spec):
+    engine_roles = roles(spec)
+    assert engine_roles, f"{example} renders no engine roles"
+    for role in engine_roles:
         template = deployment(inputs, role)["spec"]["template"]["metadata"]["labels"]
         assert role.kind is RoleKind.ENGINE
         assert matches(template, engine_selector(name))

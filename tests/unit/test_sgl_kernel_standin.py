@@ -114,6 +114,7 @@ def test_copy_all_layer_kv_cache_matches_gather_then_scatter(loc_dtype, seed):
 
     sk.copy_all_layer_kv_cache_cpu(data_ptrs, strides, tgt, src)
 
+    assert buffers, "no KV buffers to compare"
     for got, exp in zip(buffers, expected, strict=True):
         assert torch.equal(got.view(torch.uint8), exp.view(torch.uint8))
 
@@ -127,6 +128,7 @@ def test_copy_of_sliced_locations_touches_only_those_rows():
     src = torch.tensor([5, 3, 0, 0])
     data_ptrs, strides = _pointers(buffers)
     sk.copy_all_layer_kv_cache_cpu(data_ptrs, strides, tgt[:2], src[:2])
+    assert buffers, "no KV buffers to compare"
     for got, old in zip(buffers, before, strict=True):
         assert torch.equal(got[3], old[5]) and torch.equal(got[5], old[3])
         keep = [r for r in range(16) if r not in (3, 5)]
