@@ -20,13 +20,16 @@ KV tokens (default 4,096) on loopback. Three parts, one run:
    the clients and the fronts on the others (`split_cpus`). Retractions are the
    engine's own counter, per 1,000 completed requests. The engine's radix cache is flushed between
    cells.
-3. **The simulator beside the real engine.** The same fixed set of requests (2x clients, each sending
-   the same prompts) goes straight to the real engine and to `kvant sim --tokenizer` (the model's
-   tokenizer, the same `--max-total-tokens` and `--max-running-requests`); each engine's /metrics is
-   sampled every 0.25 s. Printed side by side: token usage (mean, peak), the largest running batch,
-   the mean queue, when the first retraction came (share of requests finished by then), retractions,
-   and the prompt and generated token totals. Time is not compared: the simulator's cost model is a
-   GPU's and this engine runs on two CPU cores.
+3. **The simulator beside the real engine.** A CPU profile for the simulator's cost model is fitted to
+   this engine first (`cpu_profile.py`). Then the same fixed set of requests (2x clients, each
+   sending the same prompts) goes straight to the real engine and to `kvant sim --tokenizer` with
+   that profile (the model's tokenizer, the same `--max-total-tokens` and
+   `--max-running-requests`), twice: every client's first request at once (a burst), and 20 ms
+   apart; the burst also on the simulator's GPU profile. Each engine's /metrics is sampled every
+   0.25 s. Printed side by side: token usage (mean, peak, by quarter of the run), the largest running
+   batch, the mean queue, when the first retraction came (share of requests finished by then),
+   retractions, the prompt and generated token totals, the run's seconds and its requests' latency,
+   and what falls outside the bands of `sim_course.py`.
 
     python bench/protection/real_engine.py [--kv-tokens 4096] [--seconds 40] [--json out.json]
 """
@@ -47,6 +50,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +64,8 @@ from kvant_runtime.tinychat import ensure_tiny_chat_model
 
 # Run by path, the bench has its own folder on sys.path, not the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.protection import cpu_profile
+from bench.protection.sim_course import compare
 from bench.protection.stack import DETECTOR, serving_front
 from bench.real_engine import real_engine
 
@@ -87,6 +93,7 @@ GATE_LIMITS: dict[str, object] = {"maxQueued": 64, "queueTimeoutSeconds": 10}
 DRAIN_SECONDS = 60.0
 MAX_RUNNING = 64
 SAMPLE_SECONDS = 0.25
+SPREAD_SECONDS = 0.02  # between the clients' first requests in the spread trace
 
 
 def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -208,11 +215,13 @@ def _cell(result: LoadResult, retractions: float) -> dict[str, Any]:
 
 
 @contextmanager
-def simulator(model: Path, kv_tokens: int) -> Iterator[str]:
+def simulator(model: Path, kv_tokens: int, cost_flags: tuple[str, ...] = ()) -> Iterator[str]:
+    """`kvant sim` beside the engine: the same cache, batch bound and tokenizer; `cost_flags` set its
+    cost model (none: the GPU defaults)."""
     port = free_port()
     command = [sys.executable, "-m", "kvant_cli.main", "sim", "--port", str(port), "--model-name", "bench"]
     command += ["--kv-tokens", str(kv_tokens), "--max-running-requests", str(MAX_RUNNING)]
-    command += ["--tokenizer", str(model)]
+    command += ["--tokenizer", str(model), *cost_flags]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/health"), 60, "the simulator")
@@ -223,17 +232,43 @@ def simulator(model: Path, kv_tokens: int) -> Iterator[str]:
 
 
 def side_by_side(engine: str, model: Path, kv_tokens: int, clients: int, per_client: int) -> dict[str, Any]:
+    """Two traces, on the engine and on the simulator with a CPU profile fitted to this engine first
+    (cpu_profile.py): every client's first request at once (a burst, which also warms the engine), and
+    20 ms apart (the spread trace, on the engine twice for its own spread); the burst also on the
+    simulator's GPU profile. Each simulator run is judged against the engine's by sim_course's bands."""
     flush(engine)
-    real = asyncio.run(_fixed_run(engine, clients, per_client))
+    profile, points = asyncio.run(cpu_profile.fit(engine, kv_bytes_per_token(model)))
+    print(json.dumps({"cpu_profile": asdict(profile), "points": points}, indent=1), flush=True)
+    cpu_flags = tuple(profile.sim_flags(kv_bytes_per_token(model)))
+    report: dict[str, Any] = {"cpu_profile": asdict(profile)}
+    for trace, stagger, engine_runs in (("burst", 0.0, 1), ("spread", SPREAD_SECONDS, 2)):
+        real = []
+        for _ in range(engine_runs):
+            flush(engine)
+            real.append(asyncio.run(fixed_run(engine, clients, per_client, stagger)))
+        with simulator(model, kv_tokens, cpu_flags) as sim:
+            simulated = asyncio.run(fixed_run(sim, clients, per_client, stagger))
+        report[trace] = {"real": real, "simulator_cpu": simulated, "outside": compare(real, simulated)}
     with simulator(model, kv_tokens) as sim:
-        simulated = asyncio.run(_fixed_run(sim, clients, per_client))
-    return {"real": real, "simulator": simulated}
+        gpu = asyncio.run(fixed_run(sim, clients, per_client))
+    report["burst"]["simulator_gpu"] = gpu
+    report["burst"]["gpu_outside"] = compare(report["burst"]["real"], gpu)
+    return report
 
 
-async def _fixed_run(engine: str, clients: int, per_client: int) -> dict[str, Any]:
+def kv_bytes_per_token(model: Path) -> int:
+    """BF16 K and V of every layer's KV heads: what one token holds in the engine's cache."""
+    config = json.loads((model / "config.json").read_text())
+    heads = config.get("num_key_value_heads", config["num_attention_heads"])
+    head_dim = config.get("head_dim", config["hidden_size"] // config["num_attention_heads"])
+    return 2 * 2 * int(config["num_hidden_layers"]) * int(heads) * int(head_dim)
+
+
+async def fixed_run(engine: str, clients: int, per_client: int, stagger_s: float = 0.0) -> dict[str, Any]:
     """`clients` closed-loop clients, each sending `per_client` requests straight to the engine, while
     its metrics are sampled; the same prompts in the same order for every engine."""
     samples: list[dict[str, float]] = []
+    latencies: list[float] = []
     finished = [0]
     first_retraction: list[float] = []
     stop = asyncio.Event()
@@ -241,6 +276,7 @@ async def _fixed_run(engine: str, clients: int, per_client: int) -> dict[str, An
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
 
         async def client(index: int) -> None:
+            await asyncio.sleep(index * stagger_s)  # the clients' first requests spread (0: a burst)
             for i in range(per_client):
                 number = index * per_client + i
                 text = f"{number:08d} {PROSE[number % len(PROSE)]}"
@@ -248,8 +284,10 @@ async def _fixed_run(engine: str, clients: int, per_client: int) -> dict[str, An
                     "text": text,
                     "sampling_params": {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS},
                 }
+                sent = time.monotonic()
                 async with session.post(f"{engine}/generate", json=body) as response:
                     await response.read()
+                latencies.append(time.monotonic() - sent)
                 finished[0] += 1
 
         # The counters run from the engine's start (the protection grid came first): this run's share
@@ -265,11 +303,14 @@ async def _fixed_run(engine: str, clients: int, per_client: int) -> dict[str, An
                 await asyncio.sleep(SAMPLE_SECONDS)
 
         watcher = asyncio.create_task(sampler())
+        began = time.monotonic()
         await asyncio.gather(*(client(c) for c in range(clients)))
+        took = time.monotonic() - began
         stop.set()
         await watcher
         final = await _engine_sample(session, engine)
     usage = [s["token_usage"] for s in samples]
+    quarters = [usage[len(usage) * q // 4 : len(usage) * (q + 1) // 4] for q in range(4)]
     return {
         "token_usage_mean": round(statistics.mean(usage), 3) if usage else None,
         "token_usage_peak": round(max(usage), 3) if usage else None,
@@ -279,6 +320,11 @@ async def _fixed_run(engine: str, clients: int, per_client: int) -> dict[str, An
         "retractions": int(final["retracted"] - start["retracted"]),
         "prompt_tokens": int(final["prompt_tokens"] - start["prompt_tokens"]),
         "generation_tokens": int(final["generation_tokens"] - start["generation_tokens"]),
+        "seconds": round(took, 1),
+        "latency_median_s": round(statistics.median(latencies), 2),
+        "latency_p90_s": round(sorted(latencies)[int(0.9 * (len(latencies) - 1))], 2),
+        # Token usage over the run's time, in quarters of its own length: the cache's course.
+        "token_usage_by_quarter": [round(statistics.mean(q), 3) if q else None for q in quarters],
     }
 
 
