@@ -21,10 +21,14 @@ from kvant_dev.toolchain import MissingBinaryError, Toolchain
 _session_cluster: LocalCluster | None = None
 _HOST_BEFORE = pytest.StashKey[tuple[set[str], set[str]]]()
 
+# Tool caches point at one session folder from here, at import: pytest loads e2e/conftest.py before
+# the session starts, and what it imports (transformers) reads its cache folder (HF_MODULES_CACHE) once,
+# when imported. This file imports none of them itself (checked: transformers is not loaded by it).
+host_leftovers.redirect_tool_caches()
+
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[_HOST_BEFORE] = (host_leftovers.snapshot(), host_leftovers.network_snapshot())
-    host_leftovers.redirect_tool_caches()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -50,7 +50,8 @@ if [[ ! -f "$ENV/.complete" ]]; then
   cp "$STANDIN/pyproject.toml" "$work/standin/" && cp "$STANDIN"/sgl_kernel/*.py "$work/standin/sgl_kernel/"
   "$ENV/bin/pip" install --progress-bar off --no-deps "$work/standin" >&2
   # What the engine imports at start on CPU; a missing or broken package fails here, not in a pod.
-  SGLANG_USE_CPU_ENGINE=1 "$ENV/bin/python" -c \
+  # SGLang makes its cache folder when imported: the scratch folder's, not ~/.cache/sglang.
+  SGLANG_USE_CPU_ENGINE=1 SGLANG_CACHE_DIR="$work/sglang-cache" "$ENV/bin/python" -c \
     'import sgl_kernel, sglang.srt.entrypoints.http_server, sglang.srt.mem_cache.allocation' >&2
   touch "$ENV/.complete"
   log "built in $((SECONDS - start))s, $(du -sh "$ENV" | cut -f1)"
