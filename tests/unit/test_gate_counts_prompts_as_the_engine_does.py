@@ -12,6 +12,8 @@ import io
 import json
 import socket
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -117,20 +119,12 @@ def test_an_image_url_is_refused_by_a_text_model_and_never_fetched(tmp_path):
     """Through the gate to the simulator (a text-only engine): 400 naming the part, as SGLang's, and
     the URL's server sees no connection from either."""
     connections: list[Any] = []
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.2)
-    stop = threading.Event()
+    with _watched_url(connections) as image:
+        _refused_by_a_text_model(tmp_path, image)
+    assert connections == []
 
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                connections.append(listener.accept()[0])
-            except TimeoutError:
-                continue
 
-    watcher = threading.Thread(target=accept, daemon=True)
-    watcher.start()
-    image = f"http://127.0.0.1:{listener.getsockname()[1]}/cat.png"
+def _refused_by_a_text_model(tmp_path: Path, image: str) -> None:
     parts = [{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": image}}]
     body = {"messages": [{"role": "user", "content": parts}], "max_tokens": 8}
     config = EngineConfig(kv_tokens=4096, max_running_requests=8, context_length=2048)
@@ -147,13 +141,7 @@ def test_an_image_url_is_refused_by_a_text_model_and_never_fetched(tmp_path):
                 answer = await resp.json()
             assert "unsupported content type 'image_url'" in str(answer), answer
 
-    try:
-        run(scenario())
-    finally:
-        stop.set()
-        watcher.join(timeout=5)
-        listener.close()
-    assert connections == []
+    run(scenario())
 
 
 def _png(width: int, height: int) -> str:
@@ -172,27 +160,19 @@ def test_a_model_that_reads_images_reserves_their_tokens_without_fetching_one(tm
     folder.mkdir()
     (folder / "preprocessor_config.json").write_text(json.dumps(QWEN25_VL))
     connections: list[Any] = []
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.2)
-    stop = threading.Event()
+    with _watched_url(connections) as url:
+        _reserved_without_fetching(tmp_path, folder, url)
+    assert connections == []
 
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                connections.append(listener.accept()[0])
-            except TimeoutError:
-                continue
 
-    watcher = threading.Thread(target=accept, daemon=True)
-    watcher.start()
-    url = f"http://127.0.0.1:{listener.getsockname()[1]}/cat.png"
+def _reserved_without_fetching(tmp_path: Path, folder: Path, url: str) -> None:
     parts = [
         {"type": "text", "text": "Compare them."},
         {"type": "image_url", "image_url": {"url": _png(640, 480)}},
         {"type": "image_url", "image_url": url},
     ]
     body = {"messages": [{"role": "user", "content": parts}], "max_tokens": 10}
-    inline = (476 // 28) * (644 // 28)  # SGLang's resize to multiples of 28 (476 x 644), one token each
+    inline = (476 // 28) * (644 // 28)  # the processor resizes to multiples of 28 (476 x 644), a token each
     most = 12845056 // 28**2  # QWEN25_VL's max_pixels in 28-pixel patches
 
     async def scenario() -> None:
@@ -211,10 +191,28 @@ def test_a_model_that_reads_images_reserves_their_tokens_without_fetching_one(tm
             engine.release.set()
             (await held).close()
 
+    run(scenario())
+
+
+@contextmanager
+def _watched_url(connections: list[Any]) -> Iterator[str]:
+    """An image URL on a loopback listener that records every connection it is offered."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                connections.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    watcher = threading.Thread(target=accept, daemon=True)
+    watcher.start()
     try:
-        run(scenario())
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/cat.png"
     finally:
         stop.set()
         watcher.join(timeout=5)
         listener.close()
-    assert connections == []

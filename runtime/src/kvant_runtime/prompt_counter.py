@@ -243,8 +243,10 @@ class _GenerationBlock(Extension):
 def load_counter(folder: Path | None, *, trust_remote_code: bool = False) -> PromptCounter:
     """The model's tokenizer when `folder` has one (loaded as SGLang loads it, with the repository's
     own code only when the engine trusts it), else the bytes estimate."""
-    encoder = load_encoder(folder, trust_remote_code=trust_remote_code) if folder is not None else None
-    return ByteEstimate() if encoder is None else ModelTokenizer(folder or Path(), encoder=encoder)
+    if folder is None:
+        return ByteEstimate()
+    encoder = load_encoder(folder, trust_remote_code=trust_remote_code)
+    return ByteEstimate() if encoder is None else ModelTokenizer(folder, encoder=encoder)
 
 
 def _read_config(path: Path) -> dict[str, Any]:

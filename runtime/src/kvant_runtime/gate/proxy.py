@@ -16,6 +16,7 @@ never forwarded, so a client's own priority reaches neither queue.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 
@@ -169,30 +170,23 @@ class Proxy:
             self.admission.limits.tenancy.priority_of(identity.tenant, identity.priority)
         ]
         engine_counts = await self._engine_count(request.path, body)
+        cost_it = functools.partial(
+            cost_request,
+            request.path,
+            body,
+            default,
+            self.counter,
+            priority,
+            engine_counts=engine_counts,
+            images=self.images,
+        )
         try:
             if (self.counter.exact or self.images) and len(body) > INLINE_COUNT_BYTES:
                 # A tokenizer takes milliseconds per 1,000 tokens (bench/gate/token_count.py): off the
                 # event loop, so one long prompt does not stall every other request's relay.
-                cost = await asyncio.to_thread(
-                    cost_request,
-                    request.path,
-                    body,
-                    default,
-                    self.counter,
-                    priority,
-                    engine_counts=engine_counts,
-                    images=self.images,
-                )
+                cost = await asyncio.to_thread(cost_it)
             else:
-                cost = cost_request(
-                    request.path,
-                    body,
-                    default,
-                    self.counter,
-                    priority,
-                    engine_counts=engine_counts,
-                    images=self.images,
-                )
+                cost = cost_it()
         except BadRequest as bad:
             raise Refused(400, "bad_request", str(bad)) from None
         limits = self.admission.limits
