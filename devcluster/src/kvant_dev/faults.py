@@ -104,8 +104,8 @@ def crash_node_agent(cluster: LocalCluster) -> None:
     local agent holds its containers as child processes and cannot adopt them: they die with it (the
     cluster ties pods to the agent) and the new agent starts every container of every pod again, in
     the same pod objects. For the pods this fault is a reboot of every node, not a kubelet restart.
-    Each pod keeps its address (the apiserver merges status.podIPs by IP, so a new one would sit
-    beside the old and every status update would be refused: kvant_dev.nodeagent.agent)."""
+    Each pod keeps its address, as across a kubelet's restart (a lost node's pods, started again,
+    get new ones: kvant_dev.nodeagent.agent)."""
     if cluster.node_agent is None:
         raise FaultError("the cluster runs no node agent (start_workloads was not called)")
     cluster.node_agent.restart(grace_seconds=0.0)

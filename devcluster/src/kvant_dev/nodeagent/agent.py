@@ -60,6 +60,8 @@ class NodeAgent:
         self.addresses = Addresses(config.network_slot)
         self.runners: dict[str, PodRunner] = {}  # by pod uid
         self._ips: dict[str, str] = {}  # pod uid -> pod IP
+        # Pods a lost node took down: started again in a new sandbox with a new address (_allocate_ip).
+        self._afresh: set[str] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._workers: list[threading.Thread] = []
@@ -206,6 +208,8 @@ class NodeAgent:
                     return
                 if runner.pod["spec"].get("nodeName") in self._lost:
                     runner.terminate(grace_seconds=0.0)  # the node died with it: nothing is reported
+                    with self._lock:
+                        self._afresh.add(uid)
                     return
                 latest = self.informers["Pod"].get(runner.namespace, runner.name)
                 if latest is None or latest["metadata"]["uid"] != uid:
@@ -246,13 +250,18 @@ class NodeAgent:
             log.warning("deleting %s/%s not delivered, will retry: %s", meta["namespace"], meta["name"], err)
 
     def _allocate_ip(self, pod: Obj, node: NodeSpec) -> str:
-        """A pod's address: the one its status already names, when an agent restarted under running
-        pods, else a free address of the cluster's pod subnet (every node shares the one bridge).
+        """A pod's address: the one its status already names, when this agent restarted under running
+        pods (a real kubelet's restart leaves its pods' sandboxes and addresses alone), else a free
+        address of the cluster's pod subnet (every node shares the one bridge).
 
-        A pod keeps its address because the apiserver takes the agent's status patch as a merge of
-        `podIPs` keyed by IP: a new address would sit beside the old one, two IPv4 addresses, and every
-        status update of that pod is refused (422) from then on. So a fresh address also skips those
-        that running pods' statuses still name, until their own runners claim them again."""
+        A pod whose node was lost and came back gets a new address, as a rebooted node's new sandbox
+        gets one from its CNI. Reusing the old one let a connection routed to the pod before the loss
+        (its SYN retried while the node was down) reach the restarted container before anything had
+        judged it ready: the restarted router, with no engine yet, answered smg's 404 (#40).
+
+        A fresh address also skips those that running pods' statuses still name, until their own
+        runners claim them again; the status report replaces the pod's podIPs list outright
+        (PodRunner._status), since the apiserver merges that list by IP."""
         uid = pod["metadata"]["uid"]
         previous = (pod.get("status") or {}).get("podIP")
         named = {
@@ -263,8 +272,12 @@ class NodeAgent:
         }
         subnet = self.addresses.pod_ips()
         with self._lock:
+            afresh = uid in self._afresh
+            self._afresh.discard(uid)
             used = set(self._ips.values())
-            if previous in subnet and previous not in used:
+            if afresh and previous:
+                used.add(previous)
+            elif previous in subnet and previous not in used:
                 self._ips[uid] = previous
                 return str(previous)
             for candidate in subnet:

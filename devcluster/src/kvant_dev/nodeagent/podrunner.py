@@ -258,7 +258,9 @@ class PodRunner:
             "hostIP": self.host_ip,
             "hostIPs": [{"ip": self.host_ip}],
             "podIP": self.pod_ip,
-            "podIPs": [{"ip": self.pod_ip}],
+            # Replaced, not merged by IP (the list's strategic-merge key): a pod started afresh after
+            # its node's loss has a new address, and two IPv4 addresses are refused (422).
+            "podIPs": [{"$patch": "replace"}, {"ip": self.pod_ip}],
             "startTime": self.start_time,
             "conditions": [
                 _condition("PodReadyToStartContainers", self.prepared),
