@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvant_operator.api.spec import KvCacheDtype, WeightFormat
+from kvant_contracts.kv_dtypes import KvCacheDtype
+from kvant_operator.api.spec import WeightFormat
 from kvant_operator.planner.capacity_plan import PlanRequest
 from kvant_operator.planner.checkpoint_view import load_checkpoint
 from kvant_operator.planner.sizing import gpu_memory_for_tokens as _solve

@@ -18,13 +18,13 @@ import yaml
 from tests.startup_report import report_startup
 from tests.tiny_checkpoints import tiny_checkpoint as shared_tiny_checkpoint
 
+from kvant_contracts.kube_object import Obj
 from kvant_dev.cluster import LocalCluster
 from kvant_dev.model_stores import ModelStores
 from kvant_dev.operator_process import OperatorProcess
 from kvant_runtime.tinychat import ensure_tiny_chat_model
 
 REPO = Path(__file__).resolve().parent.parent
-Obj = dict[str, Any]
 
 
 @pytest.fixture(scope="session")

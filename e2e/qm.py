@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from typing import Any
 
 import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from tests.kube_wait import wait_for
 
+from kvant_contracts.kube_object import Obj
 from kvant_contracts.serving_pod import GATE_PORT, METRICS_PORT
 from kvant_dev.cluster import LocalCluster
 from kvant_operator.render.roles import engine_selector
 
-Obj = dict[str, Any]
 # Errors of a poll that meets the apiserver (or etcd behind it) down, as faults cause: not back yet.
 API_DOWN = (ApiException, urllib3.exceptions.HTTPError, OSError)
 

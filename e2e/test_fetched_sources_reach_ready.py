@@ -18,12 +18,12 @@ from tests.model_stores import create_bucket, upload_folder
 from e2e.conftest import HUB_TOKEN, SOURCE_CREDENTIALS
 from e2e.qm import apply, condition, get_qm, wait_ready
 from kvant_contracts.artifact_manifest import artifact_digest
+from kvant_contracts.kube_object import Obj
 from kvant_dev.cluster import LocalCluster
 from kvant_dev.hub_standin import publish
 from kvant_dev.model_stores import ModelStores
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
-Obj = dict[str, Any]
 
 
 def secret(namespace: str, name: str, data: dict[str, str]) -> Obj:

@@ -6,14 +6,13 @@ import json
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import yaml
 
+from kvant_contracts.kube_object import Obj
 from kvant_dev.toolchain import Toolchain
 
 CHART = Path(__file__).resolve().parent.parent / "charts" / "kvant"
-Obj = dict[str, Any]
 
 
 def helm(*args: str, kubeconfig: Path | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:

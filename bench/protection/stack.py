@@ -18,9 +18,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from kvant_contracts.kv_dtypes import KvCacheDtype
 from kvant_contracts.limits import parse_limits, render_limits
 from kvant_dev.netutil import free_port, http_ok, wait_until
-from kvant_operator.api.spec import KvCacheDtype, WeightFormat
+from kvant_operator.api.spec import WeightFormat
 from kvant_operator.planner.capacity_plan import PlanRequest, make_plan
 from kvant_operator.planner.checkpoint_view import load_checkpoint
 from kvant_operator.planner.sizing import gpu_memory_for_tokens

@@ -25,10 +25,10 @@ from kubernetes import client
 from tests.fault_proxy import FaultProxy
 from tests.model_stores import create_bucket, upload_folder
 
+from kvant_contracts.kube_object import Obj
 from kvant_dev.cluster import LocalCluster
 from kvant_dev.operator_process import OperatorProcess
 
-Obj = dict[str, Any]
 NS = "soak"
 BUCKET = "models"
 SOURCE_CREDENTIALS = "kvant-source-credentials"

@@ -11,9 +11,10 @@ import pytest
 from kubernetes.utils import parse_quantity
 
 from kvant_contracts.autoscaling import ADMITTED_TOTAL, DEMAND_GAUGE, DEMAND_METRIC, REJECTED_TOTAL
+from kvant_contracts.kube_object import Obj
 from kvant_contracts.serving_pod import GATE_BUSY_REASONS
 from kvant_dev.cluster import LocalCluster
-from tests.integration.workloads import Obj, pod, python_container
+from tests.integration.workloads import pod, python_container
 from tests.kube_wait import wait_for
 
 pytestmark = pytest.mark.cluster

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-Obj = dict[str, Any]
+from kvant_contracts.kube_object import Obj
+
 TESTBOX = "ghcr.io/kvant-dev/kvant-testbox:test"
 POD_IP_ENV = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
 

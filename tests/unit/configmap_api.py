@@ -14,15 +14,13 @@ import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 
+from kvant_contracts.kube_object import Obj
 from kvant_contracts.limits import LIMITS_FILE
 from kvant_runtime.gate.limits_watch import ApiServer, LimitsConfigMap
 from tests.unit.gate_harness import serving
-
-Obj = dict[str, Any]
 
 
 class ConfigMapApi:

@@ -11,11 +11,10 @@ from __future__ import annotations
 import builtins
 import copy
 import itertools
-from typing import Any
 
+from kvant_contracts.kube_object import Obj
 from kvant_operator.kube_door import ensure_applied
 
-Obj = dict[str, Any]
 Key = tuple[str, str, str, str]
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
+from kvant_contracts.kube_object import Obj
 from kvant_operator.api.status import Condition
 from kvant_operator.planner.capacity_plan import PlanRequest, make_plan
 from kvant_operator.planner.checkpoint_view import load_checkpoint
@@ -14,7 +14,6 @@ from kvant_operator.reconcile.state import ConditionLog, Pass
 from kvant_operator.settings import OperatorSettings
 from tests.unit.render_inputs import body, plan, spec_of
 
-Obj = dict[str, Any]
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 SETTINGS = OperatorSettings()
 NAMESPACE = "team-a"

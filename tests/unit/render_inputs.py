@@ -8,12 +8,12 @@ from typing import Any
 
 import yaml
 
+from kvant_contracts.kube_object import Obj
 from kvant_operator.api.resource import QuantizedModel
 from kvant_operator.api.spec import QuantizedModelSpec
 from kvant_operator.api.status import PlanStatus
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-Obj = dict[str, Any]
 
 
 def body(example: str = "tiny.yaml", **spec_overrides: Any) -> Obj:

@@ -10,8 +10,9 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from kvant_contracts.kv_dtypes import KvCacheDtype
 from kvant_operator.api import QuantizedModel, QuantizedModelSpec, SpecError
-from kvant_operator.api.spec import KvCacheDtype, KvScales, QuantMethod, WeightFormat
+from kvant_operator.api.spec import KvScales, QuantMethod, WeightFormat
 
 EXAMPLES = sorted(
     p for p in (Path(__file__).parents[2] / "examples").glob("*.yaml") if p.name != "kustomization.yaml"

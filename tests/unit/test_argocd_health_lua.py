@@ -4,13 +4,13 @@ against QuantizedModel status fixtures: Healthy, Progressing (stale observedGene
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from lupa import lua51
 
+from kvant_contracts.kube_object import Obj
+
 SCRIPT = (Path(__file__).resolve().parents[2] / "gitops" / "argocd-health.lua").read_text()
-Obj = dict[str, Any]
 
 
 def health(obj: Obj) -> tuple[str, str]:

@@ -3,7 +3,8 @@ RuntimeDefault, probes, resources, two peered replicas behind a PodDisruptionBud
 
 from __future__ import annotations
 
-from tests.helm_chart import Obj, one, render
+from kvant_contracts.kube_object import Obj
+from tests.helm_chart import one, render
 
 
 def _pod_spec() -> tuple[list[Obj], Obj]:

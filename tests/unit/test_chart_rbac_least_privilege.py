@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helm_chart import Obj, of_kind, render
+from kvant_contracts.kube_object import Obj
+from tests.helm_chart import of_kind, render
 
 ROLE_KINDS = ("Role", "ClusterRole")
 READ_ONLY = {"get", "list", "watch"}

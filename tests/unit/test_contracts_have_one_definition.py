@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,8 +20,16 @@ import pytest
 import yaml
 
 import kvant_contracts.limits as limits_contract
-from kvant_contracts import int4_artifact, job_lines, launch_spec, retraction_rate, safetensors_header
+from kvant_contracts import (
+    int4_artifact,
+    job_lines,
+    kv_dtypes,
+    launch_spec,
+    retraction_rate,
+    safetensors_header,
+)
 from kvant_contracts import sglang_metrics as metric_names
+from kvant_kernels.fp8 import KV_FP8_FORMATS
 from kvant_operator.api import spec as api_spec
 from kvant_operator.planner import inventory
 from kvant_operator.planner import weights as planner_weights
@@ -41,7 +50,6 @@ from kvant_runtime.launch import argv
 from tests.unit.render_inputs import body, plan, spec_of
 
 ROOT = Path(__file__).resolve().parents[2]
-# (The API's own models, such as spec.protection's ConcurrencyBounds, are the CR, not a contract.)
 CONTRACT_CLASSES = {
     "Limits",
     "LaunchSpec",
@@ -52,6 +60,11 @@ CONTRACT_CLASSES = {
     "EvalVerdict",
     "HeaderEntry",
     "TensorInfo",
+    "ConcurrencyBounds",
+    "FormatFacts",
+    "KvCacheDtype",
+    "ProtectionMode",
+    "Device",
 }
 
 
@@ -86,9 +99,9 @@ API_DEFAULTS_FROM_CONTRACT = {
     ("ProtectionSpec", "mode"): "mode",
     ("ProtectionSpec", "target_token_usage"): "targetTokenUsage",
     ("ProtectionSpec", "max_retractions_per_minute"): "maxRetractionsPerMinute",
-    ("ConcurrencyBounds", "min"): "concurrency.min",
+    ("ConcurrencyRangeSpec", "min"): "concurrency.min",
 }
-LIMITS_MODELS = {"LimitsSpec", "ConcurrencyBounds", "ProtectionSpec"}
+LIMITS_MODELS = {"LimitsSpec", "ConcurrencyRangeSpec", "ProtectionSpec"}
 
 
 def _sources() -> Iterator[Path]:
@@ -154,12 +167,98 @@ def test_sglang_metric_names_are_written_only_in_the_contract() -> None:
     assert sglang_names_outside_their_home() == []
 
 
+# Product packages (bench, tests and docs restate names on purpose) and the one home of the KV dtypes.
+PRODUCT_TREES = ("operator/src", "runtime/src", "kernels/src", "cli/src", "devcluster/src")
+KV_DTYPES_HOME = ROOT / "contracts/src/kvant_contracts"
+# An FP8 KV dtype's name anywhere in a string. (auto and bf16 are words of other vocabularies too:
+# the weight formats, tokenizer modes; the FP8 names are the KV cache's own.)
+FP8_KV_DTYPE = re.compile(r"(?<![\w])fp8_e(?:4m3|5m2)(?![\w])")
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    """The ids of the docstring constants of a module and its classes and functions (they are docs)."""
+    owners = [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef | ast.FunctionDef))]
+    found = set()
+    for owner in owners:
+        first = owner.body[0] if owner.body else None
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+            found.add(id(first.value))
+    return found
+
+
+def kv_dtypes_spelled_outside_the_contract() -> list[str]:
+    """Every string of the product that names an FP8 KV dtype outside kvant_contracts: enum members,
+    argparse choices and defaults, CEL rules and messages all take it from kvant_contracts.kv_dtypes."""
+    found = []
+    for tree_name in PRODUCT_TREES:
+        for path in sorted((ROOT / tree_name).rglob("*.py")):
+            tree = ast.parse(path.read_text())
+            docs = _docstrings(tree)
+            found += [
+                f"{path.relative_to(ROOT)}:{node.lineno}: {node.value[:80]!r}"
+                for node in ast.walk(tree)
+                if isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docs
+                and FP8_KV_DTYPE.search(node.value)
+            ]
+    return found
+
+
+def test_kv_dtypes_are_spelled_only_in_the_contract() -> None:
+    assert kv_dtypes_spelled_outside_the_contract() == []
+    # The API's enums are the contracts', and every KV dtype list of the product is built from it.
+    assert vars(api_spec)["KvCacheDtype"] is kv_dtypes.KvCacheDtype
+    assert vars(api_spec)["ProtectionMode"] is limits_contract.ProtectionMode
+    assert launch_spec.KV_CACHE_DTYPES == kv_dtypes.KV_DTYPE_NAMES
+    assert tuple(evaluator.KV_DTYPES) == kv_dtypes.KV_DTYPE_NAMES
+    assert tuple(KV_FP8_FORMATS) == kv_dtypes.FP8_KV_DTYPE_NAMES
+
+
+def test_the_kv_dtype_check_finds_a_new_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check above fails on the copy the issue found (the simulator's own choices list)."""
+    copy = tmp_path / "runtime/src/copy.py"
+    copy.parent.mkdir(parents=True)
+    copy.write_text(
+        '"""Mentions fp8_e4m3 in a docstring, which is fine."""\nCHOICES = ["auto", "fp8_e5m2"]\n'
+    )
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert kv_dtypes_spelled_outside_the_contract() == ["runtime/src/copy.py:2: 'fp8_e5m2'"]
+
+
+OBJ_HOME = ROOT / "contracts/src/kvant_contracts/kube_object.py"
+
+
+def _declares_obj(node: ast.stmt) -> bool:
+    targets = node.targets if isinstance(node, ast.Assign) else []
+    if isinstance(node, ast.AnnAssign):
+        targets = [node.target]
+    return any(isinstance(target, ast.Name) and target.id == "Obj" for target in targets)
+
+
+def obj_aliases_outside_their_home() -> list[str]:
+    """Modules (tests, e2e and benches too) that declare their own `Obj` alias instead of importing
+    kvant_contracts.kube_object's."""
+    return [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for tree in (*SOURCE_TREES, "tests", "e2e")
+        for path in sorted((ROOT / tree).rglob("*.py"))
+        if path != OBJ_HOME
+        for node in ast.parse(path.read_text()).body
+        if _declares_obj(node)
+    ]
+
+
+def test_one_obj_alias() -> None:
+    assert obj_aliases_outside_their_home() == []
+
+
 def test_the_api_takes_the_limits_defaults_from_the_contract() -> None:
     assert api_defaults_written_as_literals() == []
     gate = limits_contract.Limits()
     protection = api_spec.ProtectionSpec()
     api = {"LimitsSpec": api_spec.LimitsSpec(), "ProtectionSpec": protection}
-    api["ConcurrencyBounds"] = protection.concurrency
+    api["ConcurrencyRangeSpec"] = protection.concurrency
     for (model, name), contract_name in API_DEFAULTS_FROM_CONTRACT.items():
         expected: object = gate
         for part in contract_name.split("."):

@@ -5,9 +5,9 @@ a Degraded naming the image and the cause."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from kvant_contracts.job_lines import EngineCheck
+from kvant_contracts.kube_object import Obj
 from kvant_operator.api.status import ArtifactStatus, Phase
 from kvant_operator.artifact_recipe import source_location
 from kvant_operator.reconcile.serving_step import serve
@@ -19,7 +19,6 @@ from tests.unit.memory_kube import MemoryKube
 from tests.unit.reconcile_fixtures import NAMESPACE, SETTINGS, body, condition, new_pass
 from tests.unit.render_inputs import plan, spec_of
 
-Obj = dict[str, Any]
 IMAGE = "lmsysorg/sglang:v0.5.23"
 SGLANG = {"engine": "sglang", "image": IMAGE, "gpu": {"memoryGiB": 80}}
 

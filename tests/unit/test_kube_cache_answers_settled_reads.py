@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvant_contracts.kube_object import Obj
 from kvant_operator.kube_cache import (
     PODS,
     ROLLOUT_STATUS,
@@ -19,7 +20,6 @@ from kvant_operator.kube_cache import (
 from kvant_operator.render.meta import APPLIED_HASH, COMPONENT_LABEL, MODEL_LABEL, SERVING_COMPONENT
 from tests.unit.memory_kube import MemoryKube
 
-Obj = dict[str, Any]
 DEPLOYMENTS = next(k for k in SERVING_KINDS if k.kind == "Deployment")
 NS = "models"
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from kvant_contracts.kv_dtypes import KvCacheDtype
 from kvant_contracts.serving_pod import ENGINE_PORT, GATE_PORT, METRICS_PORT
-from kvant_operator.api.spec import KvCacheDtype
 from kvant_operator.render.network_policy import network_policies
 from kvant_operator.render.roles import Role, RoleKind
 from kvant_operator.render.router import MESH_PORT

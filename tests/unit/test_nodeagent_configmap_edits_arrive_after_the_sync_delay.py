@@ -7,11 +7,10 @@ from __future__ import annotations
 import base64
 import itertools
 from pathlib import Path
-from typing import Any
 
+from kvant_contracts.kube_object import Obj
 from kvant_dev.nodeagent.volumes import PodVolumes
 
-Obj = dict[str, Any]
 DELAY = 60.0
 
 

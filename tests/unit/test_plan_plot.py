@@ -12,7 +12,8 @@ import pytest
 from PIL import Image
 
 from kvant_cli.main import main
-from kvant_operator.api.spec import KvCacheDtype, WeightFormat
+from kvant_contracts.kv_dtypes import KvCacheDtype
+from kvant_operator.api.spec import WeightFormat
 from kvant_operator.planner.capacity import GIB
 from kvant_operator.planner.capacity_plan import PlanRequest, make_plan
 from kvant_operator.planner.checkpoint_view import load_checkpoint

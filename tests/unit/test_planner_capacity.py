@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kvant_operator.api.spec import KvCacheDtype, WeightFormat
+from kvant_contracts.kv_dtypes import KvCacheDtype
+from kvant_operator.api.spec import WeightFormat
 from kvant_operator.planner import PlanRequest, load_checkpoint, make_plan
 from kvant_operator.planner.capacity import (
     GIB,

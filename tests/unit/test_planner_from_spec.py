@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
+from kvant_contracts.kv_dtypes import KvCacheDtype
 from kvant_operator.api import QuantizedModel
-from kvant_operator.api.spec import KvCacheDtype
 from kvant_operator.api.status import QuantizedModelStatus
 from kvant_operator.planner import PlanRequest, load_checkpoint, make_plan
 from tests.unit.planner_configs import deepseek_v3, write_config

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kvant_operator.api.spec import KvCacheDtype
+from kvant_contracts.kv_dtypes import KvCacheDtype
 from kvant_operator.planner.architecture import parse_shape
 from kvant_operator.planner.capacity import kv_bytes_per_token_per_gpu, kv_dtype_bytes
 from tests.unit.planner_configs import deepseek_v3, llama_3_1_70b

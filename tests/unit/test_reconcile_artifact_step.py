@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
-from typing import Any
 
 import pytest
 
 from kvant_contracts.job_lines import ConvertProgress
+from kvant_contracts.kube_object import Obj
 from kvant_operator.api.status import Phase
 from kvant_operator.artifact_recipe import artifact_key
 from kvant_operator.reconcile.artifact_step import ensure_artifact
@@ -18,7 +18,6 @@ from kvant_operator.render.jobs import artifact_job_name
 from tests.unit.memory_kube import MemoryKube
 from tests.unit.reconcile_fixtures import NAMESPACE, NOW, SETTINGS, body, condition, new_pass
 
-Obj = dict[str, Any]
 RESULT = json.dumps({"event": "done", "digest": "sha256:abc", "bytes": 1234, "sourceBytes": 5678})
 
 

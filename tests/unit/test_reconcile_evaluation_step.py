@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
+from kvant_contracts.kube_object import Obj
 from kvant_operator.api.status import Phase
 from kvant_operator.artifact_recipe import artifact_key
 from kvant_operator.reconcile.evaluation_step import gate_on_evaluation
@@ -14,8 +14,6 @@ from kvant_operator.reconcile.state import Blocked
 from kvant_operator.render.jobs import eval_job_name
 from tests.unit.memory_kube import MemoryKube
 from tests.unit.reconcile_fixtures import NAMESPACE, SETTINGS, body, condition, new_pass
-
-Obj = dict[str, Any]
 
 
 def _gated(block: bool = True) -> Obj:

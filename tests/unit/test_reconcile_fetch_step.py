@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from kvant_contracts.job_lines import FetchProgress
+from kvant_contracts.kube_object import Obj
 from kvant_operator.api.status import Phase, SourceStatus
 from kvant_operator.artifact_recipe import artifact_key
 from kvant_operator.reconcile.fetch_step import ensure_source
@@ -20,7 +21,6 @@ from kvant_operator.settings import OperatorSettings
 from tests.unit.memory_kube import MemoryKube
 from tests.unit.reconcile_fixtures import NAMESPACE, NOW, SETTINGS, body, condition, new_pass
 
-Obj = dict[str, Any]
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 RESULT = json.dumps(
     {

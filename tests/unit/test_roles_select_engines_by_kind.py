@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvant_operator.api.spec import KvCacheDtype
+from kvant_contracts.kv_dtypes import KvCacheDtype
 from kvant_operator.artifact_recipe import source_location
 from kvant_operator.render.roles import Role, RoleKind, engine_selector, roles
 from kvant_operator.render.serving import ServingInputs, deployment

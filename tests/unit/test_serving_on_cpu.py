@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from kvant_contracts.launch_spec import parse_spec_json
-from kvant_operator.api.spec import Device, QuantizedModelSpec
+from kvant_contracts.launch_spec import Device, parse_spec_json
+from kvant_operator.api.spec import QuantizedModelSpec
 from kvant_operator.planner import PlanRequest, load_checkpoint, make_plan
 from kvant_operator.planner.capacity import CPU_ENGINE_RESERVE_BYTES, GIB, MIB
 from kvant_operator.render.jobs import plan_args

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from kvant_contracts.kube_object import Obj
 from kvant_dev.toolchain import Toolchain
 from kvant_operator.artifact_recipe import artifact_key
 from kvant_operator.reconcile import Reconciler
@@ -19,7 +20,6 @@ from tests.unit.reconcile_fixtures import NAMESPACE, NOW, SETTINGS, body, plan_l
 from tests.unit.render_inputs import spec_of
 from tests.unit.test_argocd_health_lua import health
 
-Obj = dict[str, Any]
 RESULT = '{"digest": "sha256:%s", "bytes": 1234, "sourceBytes": 5678}'
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from kvant_contracts.kv_dtypes import DEFAULT_KV_DTYPE, KvCacheDtype
 from kvant_contracts.kv_scale_paths import KV_SCALE_PATHS, SGLANG_VERSION, ScalePaths
 
 CacheKind = Literal["gqa", "mla"]
@@ -33,7 +34,7 @@ _CACHES = {
 }
 _INSTEAD = "use a bf16 KV cache, or kvCache.scales: unit explicitly"
 # The --kv-cache-dtype values for which SGLang reads a --quantization-param-path JSON.
-JSON_SCALE_DTYPES = ("fp8_e4m3",)
+JSON_SCALE_DTYPES = (KvCacheDtype.FP8_E4M3.value,)
 
 
 class Unloadable(ValueError):
@@ -48,7 +49,7 @@ class Delivery:
     attention: str  # the RadixAttention's path under `model.layers.N`
 
 
-def delivery(architecture: str, kv_dtype: str = "fp8_e4m3") -> Delivery:
+def delivery(architecture: str, kv_dtype: str = DEFAULT_KV_DTYPE) -> Delivery:
     """How SGLang loads this architecture's scales into a `kv_dtype` cache, or Unloadable naming it and
     the SGLang version."""
     entry = KV_SCALE_PATHS.get(architecture)

@@ -27,15 +27,28 @@ from __future__ import annotations
 
 import json
 from dataclasses import MISSING, asdict, dataclass, field, fields
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from kvant_contracts import engine_scheduler
+from kvant_contracts.kv_dtypes import KV_DTYPE_NAMES
 from kvant_contracts.weight_formats import FORMATS
 
-KV_CACHE_DTYPES = ("auto", "bf16", "fp8_e4m3", "fp8_e5m2")
+KV_CACHE_DTYPES = KV_DTYPE_NAMES
 DISAGGREGATION_ROLES = ("prefill", "decode")
-DEVICES = ("cuda", "cpu")
+
+
+class Device(StrEnum):
+    """Where the engine computes. cuda (the default): on spec.serving.gpu. cpu: SGLang's CPU backend, sized
+    by spec.serving.cpu, for Xeon hosts and the local cluster's real engine (FP8 KV cache and FP8 weights
+    need a CPU with Intel AMX; INT4 needs CUDA)."""
+
+    CUDA = "cuda"
+    CPU = "cpu"
+
+
+DEVICES: tuple[str, ...] = tuple(device.value for device in Device)
 
 
 class SpecError(ValueError):
@@ -58,7 +71,7 @@ class LaunchSpec:
     pageSize: int | None = None
     disaggregationRole: str | None = None
     transferBackend: str = "mooncake"
-    device: str = "cuda"
+    device: str = Device.CUDA.value
     host: str = "0.0.0.0"
     port: int = 30000
     engineArgs: tuple[str, ...] = ()

@@ -19,14 +19,23 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
 from typing import Any, Literal, cast
 
 import yaml
 
 from kvant_contracts.tenancy import PRIORITIES, Priority, Tenancy, Tenant, valid_tenant_name
 
-Mode = Literal["enforce", "observe", "off"]
-MODES: tuple[Mode, ...] = ("enforce", "observe", "off")
+
+class ProtectionMode(StrEnum):
+    """enforce: lower the effective concurrency under KV pressure. observe: only report. off: do nothing."""
+
+    ENFORCE = "enforce"
+    OBSERVE = "observe"
+    OFF = "off"
+
+
+MODES: tuple[str, ...] = tuple(mode.value for mode in ProtectionMode)
 Oversize = Literal["refuse", "runAlone"]
 OVERSIZE: tuple[Oversize, ...] = ("refuse", "runAlone")
 AdmissionMode = Literal["engine", "forecast", "worstCase"]
@@ -67,7 +76,7 @@ class ConcurrencyBounds:
 class Limits:
     """One validated limits file. Field names are the CR's, so they read the same everywhere."""
 
-    mode: Mode = "enforce"
+    mode: str = ProtectionMode.ENFORCE.value  # one of MODES
     maxConcurrency: int = 64
     maxQueued: int = 256
     queueTimeoutSeconds: float = 30.0
@@ -119,7 +128,7 @@ def parse_limits(data: object, source: str = "limits") -> Limits:
     if bounds.min > bounds.max:
         raise inner.error("min", f"must not exceed concurrency.max ({bounds.max})")
     return Limits(
-        mode=cast(Mode, top.choice("mode", defaults.mode, MODES)),
+        mode=top.choice("mode", defaults.mode, MODES),
         maxConcurrency=top.integer("maxConcurrency", defaults.maxConcurrency, minimum=1),
         maxQueued=top.integer("maxQueued", defaults.maxQueued, minimum=0),
         queueTimeoutSeconds=top.positive("queueTimeoutSeconds", defaults.queueTimeoutSeconds),

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class WeightFormat:
+class FormatFacts:
+    """What every layer needs to know of one weight format (the API's WeightFormat enum names them)."""
+
     name: str
     label: str  # for people: status messages, events, errors
     converts: bool  # Kvant makes it with a conversion Job (else the source is served as it is)
@@ -27,18 +29,18 @@ class WeightFormat:
     compressed_tensors_format: str | None = None  # the artifact's compressed-tensors `format`
 
 
-FORMATS: dict[str, WeightFormat] = {
+FORMATS: dict[str, FormatFacts] = {
     f.name: f
     for f in (
-        WeightFormat("bf16", "BF16", converts=False, quant_methods=(None,)),
-        WeightFormat(
+        FormatFacts("bf16", "BF16", converts=False, quant_methods=(None,)),
+        FormatFacts(
             "fp8",
             "FP8",
             converts=False,
             quant_methods=("fp8", "compressed-tensors", None),
             online_quantization="fp8",
         ),
-        WeightFormat(
+        FormatFacts(
             "int4",
             "INT4",
             converts=True,
@@ -53,7 +55,7 @@ class UnknownWeightFormat(ValueError):
     pass
 
 
-def weight_format(name: str) -> WeightFormat:
+def weight_format(name: str) -> FormatFacts:
     try:
         return FORMATS[name]
     except KeyError:

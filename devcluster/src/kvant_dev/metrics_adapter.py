@@ -12,15 +12,14 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from kvant_contracts.autoscaling import adapter_rule
+from kvant_contracts.kube_object import Obj
 from kvant_dev.netutil import free_port, http_ok, wait_until
 from kvant_dev.process import ManagedProcess
 
-Obj = dict[str, Any]
 NAMESPACE = "kvant-system"
 SERVICE = "prometheus-adapter"
 API_SERVICE = "v1beta1.custom.metrics.k8s.io"

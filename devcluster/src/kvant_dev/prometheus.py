@@ -7,14 +7,13 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
+from kvant_contracts.kube_object import Obj
 from kvant_dev.netutil import free_port, http_ok, wait_until
 from kvant_dev.process import ManagedProcess
 
-Obj = dict[str, Any]
 SCRAPE_ANNOTATION = "prometheus.io/scrape"
 
 

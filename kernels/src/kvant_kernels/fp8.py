@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import torch
 
+from kvant_contracts.kv_dtypes import KvCacheDtype
+
 FP8_E4M3 = torch.float8_e4m3fn
 FP8_E4M3_MAX = float(torch.finfo(FP8_E4M3).max)
 # The KV cache formats by the name SGLang's --kv-cache-dtype (and spec.kvCache.dtype) gives them.
-KV_FP8_FORMATS: dict[str, torch.dtype] = {"fp8_e4m3": FP8_E4M3, "fp8_e5m2": torch.float8_e5m2}
+KV_FP8_FORMATS: dict[str, torch.dtype] = {
+    KvCacheDtype.FP8_E4M3.value: FP8_E4M3,
+    KvCacheDtype.FP8_E5M2.value: torch.float8_e5m2,
+}
 
 
 def fp8_format(name: str) -> torch.dtype:

@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
 
+from kvant_contracts.kube_object import Obj
 from kvant_operator.kube_door import KubeDoor
 
-Obj = dict[str, Any]
 _LOG_TAIL = 20
 
 

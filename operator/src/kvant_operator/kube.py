@@ -13,11 +13,11 @@ from kubernetes import client, dynamic
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
+from kvant_contracts.kube_object import Obj
 from kvant_operator import operator_metrics
 from kvant_operator.api.resource import GROUP, PLURAL, VERSION
 from kvant_operator.kube_door import ensure_applied
 
-Obj = dict[str, Any]
 FIELD_MANAGER = "kvant"
 # Reconciles run in threads (the client is synchronous) and mostly wait on the API server, so more run
 # at once than there are CPUs: on a model's first pass, 8 applies and a status write one after another.

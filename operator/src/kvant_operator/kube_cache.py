@@ -41,7 +41,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kvant_operator.kube_door import ApplyingDoor, Obj, ensure_applied
+from kvant_contracts.kube_object import Obj
+from kvant_operator.kube_door import ApplyingDoor, ensure_applied
 from kvant_operator.render import serving
 from kvant_operator.render.meta import (
     APPLIED_HASH,

@@ -8,11 +8,10 @@ client itself.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
+from kvant_contracts.kube_object import Obj
 from kvant_operator.render.meta import APPLIED_HASH
-
-Obj = dict[str, Any]
 
 
 class KubeDoor(Protocol):

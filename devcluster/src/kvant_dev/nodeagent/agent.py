@@ -13,6 +13,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kvant_contracts.kube_object import Obj
 from kvant_dev import pki
 from kvant_dev.netutil import free_port
 from kvant_dev.network import Addresses
@@ -29,7 +30,6 @@ from kvant_dev.nodeagent.scrape_targets import write_targets
 from kvant_dev.nodeagent.volumes import KUBELET_SYNC_SECONDS
 from kvant_dev.toolchain import built_environment
 
-Obj = dict[str, Any]
 log = logging.getLogger("kvant.nodeagent")
 _TICK, _LEASE_EVERY, _STATUS_EVERY = 0.25, 5.0, 30.0
 

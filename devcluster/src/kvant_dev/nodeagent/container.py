@@ -12,14 +12,13 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
+from kvant_contracts.kube_object import Obj
 from kvant_dev.nodeagent.fieldrefs import expand
 from kvant_dev.nodeagent.images import LocalImage
 from kvant_dev.nodeagent.probes import ProbeState
 from kvant_dev.process import ManagedProcess
 
-Obj = dict[str, Any]
 log = logging.getLogger("kvant.nodeagent.container")
 _BACKOFF_START, _BACKOFF_MAX, _BACKOFF_RESET = 1.0, 30.0, 60.0
 # The kubelet's minimumGracePeriodInSeconds: a container whose preStop hook used the whole grace period

@@ -5,9 +5,9 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Callable
-from typing import Any
 
-Obj = dict[str, Any]
+from kvant_contracts.kube_object import Obj
+
 Lookup = Callable[[str, str, str], Obj | None]  # (kind, namespace, name) -> object
 _VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
 _LABEL_REF = re.compile(r"metadata\.(labels|annotations)\['(.+)'\]")

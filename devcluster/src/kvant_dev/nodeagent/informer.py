@@ -12,7 +12,8 @@ import urllib3
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
-Obj = dict[str, Any]
+from kvant_contracts.kube_object import Obj
+
 Key = tuple[str, str]
 log = logging.getLogger("kvant.nodeagent.informer")
 # What the Kubernetes client raises when the apiserver is down or goes away mid-request: urllib3's own

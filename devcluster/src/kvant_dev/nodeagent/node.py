@@ -5,14 +5,13 @@ from __future__ import annotations
 import platform
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kvant_contracts.kube_object import Obj
 from kvant_dev.nodeagent.container import rfc3339
 
-Obj = dict[str, Any]
 LOCAL_NODE_LABEL = "kvant.dev/local-node"
 LEASE_SECONDS = 40
 

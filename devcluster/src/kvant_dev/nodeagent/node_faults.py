@@ -7,7 +7,7 @@ or deleted there. Kubernetes' own controllers then do what they do with a real l
 lifecycle controller marks it Unknown after its grace period, taints it and marks its pods not
 ready; the taint manager evicts them after their toleration; their controllers start replacements.
 Restored, the node reports again like a rebooted kubelet: it confirms the deletions that waited for
-it and starts the pods still bound to it afresh.
+it and starts the pods still bound to it afresh, with new addresses (agent._allocate_ip).
 
 The test names the lost nodes in a file below the agent's root, which the agent reads every tick.
 """

@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from kvant_contracts.kube_object import Obj
 from kvant_dev.dns import hosts_file, resolv_conf
 from kvant_dev.network import NetworkSetupError
 from kvant_dev.nodeagent.container import Container, rfc3339, stop_all
@@ -20,7 +20,6 @@ from kvant_dev.nodeagent.sandbox import PodNetwork, PodSandbox
 from kvant_dev.nodeagent.volumes import PodVolumes, TokenSource, VolumeNotReadyError
 from kvant_dev.releases import python_path
 
-Obj = dict[str, Any]
 log = logging.getLogger("kvant.nodeagent.pod")
 
 

@@ -7,9 +7,8 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any
 
-Obj = dict[str, Any]
+from kvant_contracts.kube_object import Obj
 
 
 def _port(value: int | str, container: Obj) -> int:

@@ -25,11 +25,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
 
+from kvant_contracts.kube_object import Obj
 from kvant_dev.nodeagent.fieldrefs import Lookup, field_value, object_data
 
-Obj = dict[str, Any]
 TokenSource = Callable[[Obj, Obj], tuple[str, float]]  # (pod, projection) -> (token, expires_at)
 _REFRESHED = ("configMap", "secret", "downwardAPI", "projected")
 # A kubelet's default --sync-frequency: the agent's default projection delay (see above).

@@ -22,7 +22,9 @@ from kvant_contracts.autoscaling import (
     DEFAULT_TARGET_DEMAND,
 )
 from kvant_contracts.cpu_serving import CPU_E5M2_REASON
-from kvant_contracts.limits import AdmissionMode, Limits, Oversize
+from kvant_contracts.kv_dtypes import DEFAULT_KV_DTYPE, FP8_KV_DTYPE_NAMES, KvCacheDtype
+from kvant_contracts.launch_spec import Device
+from kvant_contracts.limits import AdmissionMode, Limits, Oversize, ProtectionMode
 from kvant_contracts.retraction_rate import RETRACTION_WINDOW_SECONDS
 from kvant_contracts.sglang_metrics import TOKEN_USAGE
 from kvant_contracts.tenancy import DEFAULT_TENANT, OTHER_TENANTS, PRIORITIES, TENANT_NAME, Tenancy
@@ -61,6 +63,10 @@ FilePattern = Annotated[
 ]
 
 
+# The FP8 KV dtypes as a CEL list literal, for the rules that allow scales only there.
+_FP8_CEL_LIST = "[" + ", ".join(f"'{name}'" for name in FP8_KV_DTYPE_NAMES) + "]"
+
+
 class WeightFormat(StrEnum):
     """Format of the served weights. int4 is compressed-tensors pack-quantized W4A16."""
 
@@ -84,19 +90,6 @@ class QuantTargets(StrEnum):
     EXPERTS = "experts"
 
 
-class KvCacheDtype(StrEnum):
-    """KV cache element type, passed to SGLang as --kv-cache-dtype. auto follows the model's dtype."""
-
-    AUTO = "auto"
-    BF16 = "bf16"
-    FP8_E4M3 = "fp8_e4m3"
-    FP8_E5M2 = "fp8_e5m2"
-
-    @property
-    def is_fp8(self) -> bool:
-        return self in (KvCacheDtype.FP8_E4M3, KvCacheDtype.FP8_E5M2)
-
-
 class KvScales(StrEnum):
     """Where FP8 KV scales come from. unit means scale 1.0 (values beyond ±448 saturate): never a default."""
 
@@ -112,28 +105,11 @@ class Engine(StrEnum):
     SIMULATOR = "simulator"
 
 
-class Device(StrEnum):
-    """Where the engine computes. cuda (the default): on spec.serving.gpu. cpu: SGLang's CPU backend, sized
-    by spec.serving.cpu, for Xeon hosts and the local cluster's real engine (FP8 KV cache and FP8 weights
-    need a CPU with Intel AMX; INT4 needs CUDA)."""
-
-    CUDA = "cuda"
-    CPU = "cpu"
-
-
 class DisaggregationMode(StrEnum):
     """none: each replica prefills and decodes. prefill-decode: separate prefill and decode roles."""
 
     NONE = "none"
     PREFILL_DECODE = "prefill-decode"
-
-
-class ProtectionMode(StrEnum):
-    """enforce: lower the effective concurrency under KV pressure. observe: only report. off: do nothing."""
-
-    ENFORCE = "enforce"
-    OBSERVE = "observe"
-    OFF = "off"
 
 
 class S3SourceSpec(ApiModel):
@@ -361,14 +337,14 @@ class KvCacheSpec(ApiModel):
 
     rules = (
         Rule(
-            cel="!has(self.scales) || self.dtype in ['fp8_e4m3', 'fp8_e5m2']",
+            cel=f"!has(self.scales) || self.dtype in {_FP8_CEL_LIST}",
             message="spec.kvCache.scales applies only to an FP8 KV cache: set spec.kvCache.dtype to "
-            "fp8_e4m3 or fp8_e5m2, or remove scales",
+            f"{' or '.join(FP8_KV_DTYPE_NAMES)}, or remove scales",
             field_path=".scales",
             holds=lambda kv: kv.scales is None or kv.dtype.is_fp8,
         ),
         Rule(
-            cel="!has(self.calibration) || (self.dtype in ['fp8_e4m3', 'fp8_e5m2'] && "
+            cel=f"!has(self.calibration) || (self.dtype in {_FP8_CEL_LIST} && "
             "(!has(self.scales) || self.scales == 'calibrate'))",
             message="spec.kvCache.calibration is used only with calibrated FP8 scales: remove it, or use "
             "an FP8 dtype with spec.kvCache.scales: calibrate",
@@ -379,7 +355,7 @@ class KvCacheSpec(ApiModel):
         ),
     )
 
-    dtype: KvCacheDtype = KvCacheDtype.FP8_E4M3
+    dtype: KvCacheDtype = DEFAULT_KV_DTYPE
     scales: KvScales | None = Field(
         default=None,
         description="FP8 scale source. Default for FP8: calibrate. unit must be written explicitly.",
@@ -788,7 +764,7 @@ class LimitsSpec(ApiModel):
     )
 
 
-class ConcurrencyBounds(ApiModel):
+class ConcurrencyRangeSpec(ApiModel):
     """The range protection moves the effective concurrency in."""
 
     rules = (
@@ -849,7 +825,7 @@ class ProtectionSpec(ApiModel):
         description="Retractions per minute tolerated before concurrency is lowered (the engine's "
         f"retractions over the last {RETRACTION_WINDOW_SECONDS:g} s, by the gate and by protection alike).",
     )
-    concurrency: ConcurrencyBounds = Field(default_factory=ConcurrencyBounds)
+    concurrency: ConcurrencyRangeSpec = Field(default_factory=ConcurrencyRangeSpec)
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
 
 
@@ -1046,8 +1022,9 @@ class QuantizedModelSpec(ApiModel):
         ),
         Rule(
             cel="!has(self.serving.device) || self.serving.device != 'cpu' || "
-            "self.kvCache.dtype != 'fp8_e5m2'",
-            message=f"spec.kvCache.dtype fp8_e5m2 cannot serve on spec.serving.device cpu: {CPU_E5M2_REASON}",
+            f"self.kvCache.dtype != '{KvCacheDtype.FP8_E5M2}'",
+            message=f"spec.kvCache.dtype {KvCacheDtype.FP8_E5M2} cannot serve on spec.serving.device cpu: "
+            f"{CPU_E5M2_REASON}",
             field_path=".kvCache.dtype",
             holds=lambda s: (
                 s.serving.device is not Device.CPU or s.kv_cache.dtype is not KvCacheDtype.FP8_E5M2

@@ -8,8 +8,9 @@ from typing import Annotated
 
 from pydantic import Field
 
+from kvant_contracts.kv_dtypes import KvCacheDtype
 from kvant_operator.api.rules import ApiModel
-from kvant_operator.api.spec import KvCacheDtype, QuantTargets, WeightFormat
+from kvant_operator.api.spec import QuantTargets, WeightFormat
 
 PlanWarning = Annotated[str, Field(max_length=1024)]
 

@@ -17,9 +17,9 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from kvant_contracts.kube_object import Obj
 from kvant_contracts.sglang_metrics import NUM_RETRACTED_REQUESTS_TOTAL, TOKEN_USAGE, promql_per_pod
 
-Obj = dict[str, Any]
 _TIMEOUT = 5.0
 
 

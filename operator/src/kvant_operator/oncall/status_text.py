@@ -3,8 +3,9 @@ Pure: no I/O here."""
 
 from __future__ import annotations
 
+from kvant_contracts.kube_object import Obj
 from kvant_contracts.limits import ConcurrencyBounds
-from kvant_operator.oncall.status_view import PLANNED_RUNS, ModelStatus, Obj, Replica, TenantLoad
+from kvant_operator.oncall.status_view import PLANNED_RUNS, ModelStatus, Replica, TenantLoad
 
 _BARS = "▁▂▃▄▅▆▇█"
 

@@ -4,10 +4,10 @@ is a Prometheus) a short history; status_text prints it. Pure: no I/O here."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from kvant_contracts.kube_object import Obj
 from kvant_contracts.limits import Limits
 from kvant_contracts.serving_pod import GATE_BUSY_REASONS
 from kvant_contracts.sglang_metrics import (
@@ -23,7 +23,6 @@ from kvant_contracts.sglang_metrics import (
 )
 from kvant_contracts.tenancy import PRIORITIES, as_priority, rank
 
-Obj = dict[str, Any]
 # The gate's per-tenant series (kvant_runtime.gate.gate_metrics.TenantSeries), as exposed: counters
 # carry `_total`. Each gate labels its own top tenants and counts the rest as "other".
 TENANT_ADMITTED_TOKENS = "kvant_gate_tenant_admitted_tokens_total"

@@ -8,7 +8,7 @@ free_after_weights = total - weights this is (total x mem_fraction_static - weig
 
 from __future__ import annotations
 
-from kvant_operator.api.spec import KvCacheDtype
+from kvant_contracts.kv_dtypes import KvCacheDtype
 from kvant_operator.planner.architecture import Attention, ModelShape
 
 GIB = 1 << 30

@@ -10,8 +10,10 @@ from dataclasses import dataclass, replace
 
 from pydantic import BaseModel, ConfigDict
 
+from kvant_contracts.kv_dtypes import KvCacheDtype
+from kvant_contracts.launch_spec import Device
 from kvant_contracts.weights_recipe import DEFAULT_GROUP_SIZE, effective_weights
-from kvant_operator.api.spec import Device, KvCacheDtype, QuantizedModelSpec, QuantTargets, WeightFormat
+from kvant_operator.api.spec import QuantizedModelSpec, QuantTargets, WeightFormat
 from kvant_operator.api.status import PlannedWeights, PlanStatus
 from kvant_operator.planner.architecture import Attention, ModelShape
 from kvant_operator.planner.calibration_sizing import count_parameters

@@ -9,8 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kvant_contracts.kv_dtypes import DEFAULT_KV_DTYPE, KvCacheDtype
+from kvant_contracts.launch_spec import Device
 from kvant_contracts.weights_recipe import DEFAULT_GROUP_SIZE, DENSE_DEFAULT_TARGETS, MOE_DEFAULT_TARGETS
-from kvant_operator.api.spec import Device, KvCacheDtype, QuantTargets, WeightFormat
+from kvant_operator.api.spec import QuantTargets, WeightFormat
 from kvant_operator.planner.architecture import ConfigError
 from kvant_operator.planner.capacity_plan import DEFAULT_CONTEXTS, PlanRequest, compare, make_plan
 from kvant_operator.planner.checkpoint_view import load_checkpoint
@@ -78,7 +80,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--kv-dtype",
         choices=[d.value for d in KvCacheDtype],
-        default=KvCacheDtype.FP8_E4M3.value,
+        default=DEFAULT_KV_DTYPE.value,
         help="KV cache dtype (spec.kvCache.dtype)",
     )
     parser.add_argument(

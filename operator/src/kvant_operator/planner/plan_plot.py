@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvant_operator.api.spec import KvCacheDtype, WeightFormat
+from kvant_contracts.kv_dtypes import KvCacheDtype
+from kvant_operator.api.spec import WeightFormat
 from kvant_operator.planner.capacity import GIB
 from kvant_operator.planner.capacity_plan import PlanRequest, make_plan
 from kvant_operator.planner.checkpoint_view import Checkpoint

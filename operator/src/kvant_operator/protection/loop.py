@@ -8,18 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
+from kvant_contracts.kube_object import Obj
+from kvant_contracts.limits import ProtectionMode
 from kvant_contracts.serving_pod import METRICS_PORT
 from kvant_operator import operator_metrics
-from kvant_operator.api.spec import ProtectionMode, QuantizedModelSpec
+from kvant_operator.api.spec import QuantizedModelSpec
 from kvant_operator.api.status import ConditionStatus
 from kvant_operator.kube_door import KubeDoor
 from kvant_operator.protection.decide import Bounds, Sample, decide
 from kvant_operator.protection.samples import CounterMemory, MetricsUnavailable, query_prometheus, scrape_pods
 from kvant_operator.render.roles import engine_roles, engine_selector, workload_name
-
-Obj = dict[str, Any]
 
 
 @dataclass

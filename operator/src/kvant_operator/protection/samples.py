@@ -8,10 +8,10 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from kvant_contracts.kube_object import Obj
 from kvant_contracts.retraction_rate import RetractionRate, promql_retractions_per_minute
 from kvant_contracts.sglang_metrics import (
     NUM_RETRACTED_REQUESTS_TOTAL,
@@ -23,7 +23,6 @@ from kvant_contracts.sglang_metrics import (
 )
 from kvant_operator.protection.decide import Sample
 
-Obj = dict[str, Any]
 _TIMEOUT = 3.0
 
 

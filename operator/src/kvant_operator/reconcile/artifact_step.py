@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from kvant_contracts.job_lines import ArtifactResult, ConvertProgress
+from kvant_contracts.kube_object import Obj
 from kvant_contracts.kv_scale_delivery import delivery, describe
 from kvant_contracts.weight_formats import converted_formats, weight_format
 from kvant_operator.api.lifecycle import ConditionType
@@ -25,7 +26,7 @@ from kvant_operator.artifact_recipe import (
 )
 from kvant_operator.jobstate import JobPhase, failure_detail, job_pods, job_state, last_pod_log
 from kvant_operator.kube_door import KubeDoor
-from kvant_operator.reconcile.state import Blocked, Obj, Pass
+from kvant_operator.reconcile.state import Blocked, Pass
 from kvant_operator.render import jobs
 from kvant_operator.render.artifact_record import artifact_record, read_record, record_name
 from kvant_operator.render.meta import owner_reference

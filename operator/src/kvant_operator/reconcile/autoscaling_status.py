@@ -6,9 +6,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from kvant_contracts.autoscaling import DEMAND_METRIC
+from kvant_contracts.kube_object import Obj
 from kvant_operator.api.status import AutoscalingStatus
 from kvant_operator.kube_door import KubeDoor
-from kvant_operator.reconcile.state import Obj, Pass
+from kvant_operator.reconcile.state import Pass
 from kvant_operator.render.autoscaler import HPA
 
 METRICS_MISSING = (

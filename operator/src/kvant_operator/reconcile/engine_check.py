@@ -9,11 +9,12 @@ launcher does not drive, or flags that SGLang refuses. That becomes `status.engi
 from __future__ import annotations
 
 from kvant_contracts.job_lines import EngineCheck
+from kvant_contracts.kube_object import Obj
 from kvant_operator.api.lifecycle import ConditionType
 from kvant_operator.api.spec import Engine
 from kvant_operator.api.status import EngineStatus
 from kvant_operator.kube_door import KubeDoor
-from kvant_operator.reconcile.state import Obj, Pass
+from kvant_operator.reconcile.state import Pass
 from kvant_operator.render.engine_launcher import CHECK_CONTAINER
 from kvant_operator.render.roles import engine_selector
 from kvant_operator.settings import OperatorSettings

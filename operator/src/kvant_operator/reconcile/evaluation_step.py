@@ -5,12 +5,13 @@ settled candidate is not evaluated again."""
 from __future__ import annotations
 
 from kvant_contracts.job_lines import EvalVerdict
+from kvant_contracts.kube_object import Obj
 from kvant_operator.api.lifecycle import ConditionType
 from kvant_operator.api.status import Phase
 from kvant_operator.artifact_recipe import artifact_key, needs_artifact
 from kvant_operator.jobstate import JobPhase, ensure_job, failure_detail, job_state, last_pod_log
 from kvant_operator.kube_door import KubeDoor
-from kvant_operator.reconcile.state import Blocked, Obj, Pass
+from kvant_operator.reconcile.state import Blocked, Pass
 from kvant_operator.render import jobs
 from kvant_operator.settings import OperatorSettings
 

@@ -10,12 +10,13 @@ starts after a backoff, so a Secret fixed meanwhile is picked up without anyone 
 from __future__ import annotations
 
 from kvant_contracts.job_lines import FetchProgress, SourceResult
+from kvant_contracts.kube_object import Obj
 from kvant_operator.api.lifecycle import ConditionType
 from kvant_operator.api.status import Phase, SourceStatus
 from kvant_operator.jobstate import JobPhase, failure_detail, job_pods, job_state, last_pod_log
 from kvant_operator.kube_door import KubeDoor
 from kvant_operator.reconcile.artifact_step import backoff, job_attempt
-from kvant_operator.reconcile.state import Blocked, Obj, Pass
+from kvant_operator.reconcile.state import Blocked, Pass
 from kvant_operator.render import fetch_job as render
 from kvant_operator.render.meta import owner_reference
 from kvant_operator.settings import OperatorSettings

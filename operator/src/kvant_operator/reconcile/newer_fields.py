@@ -17,7 +17,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from kvant_operator.reconcile.state import Event, Obj
+from kvant_contracts.kube_object import Obj
+from kvant_operator.reconcile.state import Event
 
 UNKNOWN_FIELD = "extra_forbidden"  # pydantic's error type for a field the model does not declare
 

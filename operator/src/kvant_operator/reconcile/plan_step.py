@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from kvant_contracts.kube_object import Obj
 from kvant_contracts.kv_scale_delivery import Unloadable, delivery
 from kvant_operator.api.lifecycle import ConditionType
 from kvant_operator.api.status import Phase, PlanStatus
@@ -14,7 +15,7 @@ from kvant_operator.kube_door import KubeDoor
 from kvant_operator.planner.calibration_sizing import with_calibration
 from kvant_operator.planner.capacity_plan import CapacityPlan
 from kvant_operator.planner.gptq_sizing import with_gptq
-from kvant_operator.reconcile.state import Blocked, Obj, Pass
+from kvant_operator.reconcile.state import Blocked, Pass
 from kvant_operator.render import jobs
 from kvant_operator.settings import OperatorSettings
 

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
+from kvant_contracts.kube_object import Obj
 from kvant_operator.api.lifecycle import ConditionType
 from kvant_operator.api.resource import QuantizedModel
 from kvant_operator.api.status import ArtifactStatus, Condition, EngineStatus, PlanStatus, SourceStatus
@@ -22,7 +23,7 @@ from kvant_operator.reconcile.fetch_step import ensure_source
 from kvant_operator.reconcile.newer_fields import newer_fields_event, without_newer_fields
 from kvant_operator.reconcile.plan_step import ensure_plan
 from kvant_operator.reconcile.serving_step import ready_while_blocked, serve, spec_changed
-from kvant_operator.reconcile.state import Blocked, ConditionLog, Obj, Outcome, Pass
+from kvant_operator.reconcile.state import Blocked, ConditionLog, Outcome, Pass
 from kvant_operator.reconcile.status_patch import invalid_spec, outcome
 from kvant_operator.settings import OperatorSettings
 from kvant_operator.sources import file_source_refusal

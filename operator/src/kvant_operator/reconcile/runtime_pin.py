@@ -21,9 +21,9 @@ import copy
 from collections.abc import Callable
 from dataclasses import replace
 
+from kvant_contracts.kube_object import Obj
 from kvant_operator.artifact_recipe import digest
 from kvant_operator.kube_door import KubeDoor
-from kvant_operator.reconcile.state import Obj
 from kvant_operator.render.meta import POD_TEMPLATE_DIGEST, RUNTIME_IMAGE
 from kvant_operator.settings import OperatorSettings
 

@@ -24,8 +24,9 @@ from collections.abc import Mapping
 
 from kubernetes.client.exceptions import ApiException
 
+from kvant_contracts.kube_object import Obj
 from kvant_operator.kube_door import KubeDoor
-from kvant_operator.reconcile.state import Obj, Pass
+from kvant_operator.reconcile.state import Pass
 from kvant_operator.render.meta import DELETION_COST
 from kvant_operator.render.roles import engine_roles, workload_name
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from kvant_contracts.kube_object import Obj
 from kvant_operator.api.lifecycle import ConditionType
 from kvant_operator.api.status import Phase
 from kvant_operator.artifact_recipe import artifact_key, artifact_location, needs_artifact, source_location
@@ -17,7 +18,7 @@ from kvant_operator.reconcile.autoscaling_status import read_autoscaling
 from kvant_operator.reconcile.engine_check import read_engine_check
 from kvant_operator.reconcile.runtime_pin import keep_running_runtimes
 from kvant_operator.reconcile.scale_in import mark_before_scale_in
-from kvant_operator.reconcile.state import Obj, Pass
+from kvant_operator.reconcile.state import Pass
 from kvant_operator.render.meta import COMPONENT_LABEL, MODEL_LABEL, SERVING_COMPONENT, with_applied_hash
 from kvant_operator.render.roles import roles, workload_name
 from kvant_operator.render.router import router_role

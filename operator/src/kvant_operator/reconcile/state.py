@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
+from kvant_contracts.kube_object import Obj
 from kvant_operator.api.lifecycle import ConditionType, set_condition
 from kvant_operator.api.spec import QuantizedModelSpec
 from kvant_operator.api.status import (
@@ -25,7 +25,6 @@ from kvant_operator.api.status import (
 )
 from kvant_operator.protection.loop import ProtectionResult
 
-Obj = dict[str, Any]
 Event = tuple[str, str, str]  # (type, reason, message)
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
+from kvant_contracts.kube_object import Obj
 from kvant_operator.api.lifecycle import ConditionType
 from kvant_operator.api.status import ConditionStatus, Phase
-from kvant_operator.reconcile.state import ConditionLog, Event, Obj, Outcome, Pass
+from kvant_operator.reconcile.state import ConditionLog, Event, Outcome, Pass
 from kvant_operator.render.roles import engine_selector
 
 

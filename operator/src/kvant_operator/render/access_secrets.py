@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import copy
 
+from kvant_contracts.kube_object import Obj
 from kvant_contracts.serving_pod import ADMIN_KEY_ENV
 from kvant_operator.api.spec import AccessSpec, Engine
-from kvant_operator.render.meta import Obj
 
 SECRETS_DIR = "/etc/kvant/access"
 ADMIN_KEY, API_KEYS_KEY = "token", "keys"  # the keys the Secrets must hold

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import copy
 
+from kvant_contracts.kube_object import Obj
 from kvant_contracts.serving_pod import API_CREDENTIALS_DIR
-from kvant_operator.render.meta import Obj
 
 RBAC = "rbac.authorization.k8s.io"
 # The token's lifetime, as the kubelet's own kube-api-access volume asks for; the kubelet rotates it

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from kvant_contracts.kube_object import Obj
 from kvant_contracts.weights_recipe import GPTQ, WeightsRecipe
 from kvant_operator.api.spec import GptqSpec, QuantizedModelSpec
 from kvant_operator.api.status import CalibratedRun, PlanStatus
-from kvant_operator.render.meta import Obj
 from kvant_operator.settings import OperatorSettings
 
 

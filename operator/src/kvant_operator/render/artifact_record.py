@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 
+from kvant_contracts.kube_object import Obj
 from kvant_operator.api.status import ArtifactStatus
 from kvant_operator.render.jobs import ARTIFACT_LABEL
-from kvant_operator.render.meta import Obj, record_configmap
+from kvant_operator.render.meta import record_configmap
 
 RECORD_PREFIX = "kvant-artifact-"
 RECORD_KEY = "artifact.json"

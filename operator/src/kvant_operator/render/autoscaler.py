@@ -10,9 +10,10 @@ running Prometheus often has already, where KEDA is an operator, a metrics serve
 from __future__ import annotations
 
 from kvant_contracts.autoscaling import DEMAND_METRIC
+from kvant_contracts.kube_object import Obj
 from kvant_operator.api.resource import API_VERSION
 from kvant_operator.api.spec import AutoscalingSpec
-from kvant_operator.render.meta import SERVING_COMPONENT, Obj, object_meta
+from kvant_operator.render.meta import SERVING_COMPONENT, object_meta
 
 HPA = ("autoscaling/v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers")
 

@@ -11,9 +11,8 @@ GPU loads a byte of weights.
 
 from __future__ import annotations
 
-from typing import Any
+from kvant_contracts.kube_object import Obj
 
-Obj = dict[str, Any]
 LAUNCHER_DIR = "/kvant-launcher"
 PYZ = f"{LAUNCHER_DIR}/kvant-launch.pyz"
 # SGLang's images (lmsysorg/sglang, and those built on them) put their Python on PATH as python3.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvant_contracts.kube_object import Obj
 from kvant_contracts.weights_recipe import int4_scheme
 from kvant_operator.api.spec import QuantizedModelSpec
 from kvant_operator.api.status import PlanStatus, SourceStatus
@@ -25,7 +26,7 @@ from kvant_operator.render.artifact_containers import (
     conversion_recipe,
     convert_container,
 )
-from kvant_operator.render.meta import Obj, object_meta, owner_reference
+from kvant_operator.render.meta import object_meta, owner_reference
 from kvant_operator.render.pod_security import restricted
 from kvant_operator.settings import OperatorSettings
 

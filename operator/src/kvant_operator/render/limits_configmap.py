@@ -6,14 +6,14 @@ by the operator's protection loop when it decides so (status.protection.effectiv
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
+from kvant_contracts.kube_object import Obj
 from kvant_contracts.limits import LIMITS_FILE, ConcurrencyBounds, Limits, render_limits
 from kvant_contracts.tenancy import Priority, Tenancy, Tenant
 from kvant_operator.api.spec import QuantizedModelSpec, TenancySpec
 from kvant_operator.render.meta import object_meta
 
-Obj = dict[str, Any]
 __all__ = ["LIMITS_FILE", "limits_configmap", "limits_for", "limits_name"]
 
 

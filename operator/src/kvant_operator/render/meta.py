@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
 
+from kvant_contracts.kube_object import Obj
 from kvant_operator.api.resource import API_VERSION, KIND
 from kvant_operator.artifact_recipe import digest
 
-Obj = dict[str, Any]
 MANAGED_BY = "kvant"
 MODEL_LABEL = "kvant.dev/model"
 COMPONENT_LABEL = "app.kubernetes.io/component"

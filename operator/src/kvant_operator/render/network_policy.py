@@ -12,8 +12,9 @@ network plugin; the local test cluster has none, so there it is rendered and val
 
 from __future__ import annotations
 
+from kvant_contracts.kube_object import Obj
 from kvant_contracts.serving_pod import GATE_PORT, METRICS_PORT
-from kvant_operator.render.meta import MODEL_LABEL, SERVING_COMPONENT, Obj, object_meta
+from kvant_operator.render.meta import MODEL_LABEL, SERVING_COMPONENT, object_meta
 from kvant_operator.render.roles import KIND_LABEL, Role, RoleKind, workload_name
 from kvant_operator.render.router import MESH_PORT
 from kvant_operator.settings import OperatorSettings

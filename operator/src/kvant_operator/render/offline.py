@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
+from kvant_contracts.kube_object import Obj
 from kvant_operator.api.resource import QuantizedModel
 from kvant_operator.api.status import ArtifactStatus, SourceStatus
 from kvant_operator.artifact_recipe import (
@@ -28,8 +28,6 @@ from kvant_operator.render.fetch_job import fetch_job, fetch_key
 from kvant_operator.render.serving import ServingInputs, serving_objects
 from kvant_operator.settings import OperatorSettings
 from kvant_operator.sources import is_fetched
-
-Obj = dict[str, Any]
 
 
 class OfflineRenderError(ValueError):

@@ -19,8 +19,9 @@ nodes, two routers on two nodes, whatever the other roles do. What it renders, a
 
 from __future__ import annotations
 
+from kvant_contracts.kube_object import Obj
 from kvant_operator.api.placement import PlacementSpec, Spread
-from kvant_operator.render.meta import MODEL_LABEL, Obj
+from kvant_operator.render.meta import MODEL_LABEL
 from kvant_operator.render.roles import KIND_LABEL, Role, RoleKind
 
 NODE_TOPOLOGY = "kubernetes.io/hostname"

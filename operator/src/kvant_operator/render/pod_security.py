@@ -14,9 +14,9 @@ no home directory in the image and the image's own folders are not writable for 
 from __future__ import annotations
 
 import copy
-from typing import Any
 
-Obj = dict[str, Any]
+from kvant_contracts.kube_object import Obj
+
 USER = 65532
 SCRATCH = "/scratch"
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from kvant_operator.api.spec import DisaggregationMode, KvCacheDtype, QuantizedModelSpec, RoleSpec
-from kvant_operator.render.meta import MODEL_LABEL, ROLE_LABEL, SERVING_COMPONENT, Obj, object_meta
+from kvant_contracts.kube_object import Obj
+from kvant_contracts.kv_dtypes import KvCacheDtype
+from kvant_operator.api.spec import DisaggregationMode, QuantizedModelSpec, RoleSpec
+from kvant_operator.render.meta import MODEL_LABEL, ROLE_LABEL, SERVING_COMPONENT, object_meta
 
 KIND_LABEL = "kvant.dev/component"
 

@@ -21,11 +21,12 @@ published, so replicas starting together can join).
 
 from __future__ import annotations
 
+from kvant_contracts.kube_object import Obj
 from kvant_contracts.serving_pod import ENGINE_PROBE_TIMEOUT_SECONDS, GATE_PORT, METRICS_PORT
 from kvant_operator.api.placement import PlacementSpec
 from kvant_operator.api.spec import DisaggregationMode, QuantizedModelSpec
 from kvant_operator.render.api_identity import api_access_mount, api_access_volume, api_identity
-from kvant_operator.render.meta import MODEL_LABEL, ROLE_LABEL, SERVING_COMPONENT, Obj, object_meta
+from kvant_operator.render.meta import MODEL_LABEL, ROLE_LABEL, SERVING_COMPONENT, object_meta
 from kvant_operator.render.pod_placement import placement
 from kvant_operator.render.pod_security import restricted
 from kvant_operator.render.roles import (

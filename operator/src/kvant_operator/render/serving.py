@@ -16,7 +16,8 @@ from kvant_contracts.drain import (
     drain_wait_script,
 )
 from kvant_contracts.engine_scheduler import engine_env, engine_flags
-from kvant_contracts.launch_spec import LaunchSpec
+from kvant_contracts.kube_object import Obj
+from kvant_contracts.launch_spec import Device, LaunchSpec
 from kvant_contracts.serving_pod import (
     BOOTSTRAP_PORT,
     ENGINE_HEALTH_PATH,
@@ -28,7 +29,7 @@ from kvant_contracts.serving_pod import (
     GATE_READINESS_PATH,
     METRICS_PORT,
 )
-from kvant_operator.api.spec import Device, Engine, QuantizedModelSpec
+from kvant_operator.api.spec import Engine, QuantizedModelSpec
 from kvant_operator.api.status import PlanStatus
 from kvant_operator.artifact_recipe import digest
 from kvant_operator.render.access_secrets import with_access
@@ -38,7 +39,7 @@ from kvant_operator.render.engine_launcher import VOLUME as LAUNCHER_VOLUME
 from kvant_operator.render.engine_priority import priority_flags
 from kvant_operator.render.gate_access import gate_identity, with_gate_api_access
 from kvant_operator.render.limits_configmap import LIMITS_FILE, limits_configmap, limits_name
-from kvant_operator.render.meta import SERVING_COMPONENT, Obj, object_meta
+from kvant_operator.render.meta import SERVING_COMPONENT, object_meta
 from kvant_operator.render.network_policy import network_policies
 from kvant_operator.render.pod_placement import placement
 from kvant_operator.render.pod_security import restricted

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from kvant_contracts.kv_dtypes import DEFAULT_KV_DTYPE, FP8_KV_DTYPE_NAMES
 from kvant_runtime.calibrate.job_output import emit_result, fail, say
 
 _DESCRIPTION = """\
@@ -34,9 +35,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     parser.add_argument(
         "--kv-dtype",
-        default="fp8_e4m3",
-        help="the KV cache format SGLang serves (--kv-cache-dtype): fp8_e4m3 or fp8_e5m2; its range sets "
-        "the scales (default fp8_e4m3)",
+        default=DEFAULT_KV_DTYPE.value,
+        help=f"the KV cache format SGLang serves (--kv-cache-dtype): {' or '.join(FP8_KV_DTYPE_NAMES)}; its "
+        f"range sets the scales (default {DEFAULT_KV_DTYPE})",
     )
     parser.add_argument(
         "--tp",

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from kvant_contracts.job_lines import ArtifactResult
+from kvant_contracts.kv_dtypes import DEFAULT_KV_DTYPE
 from kvant_kernels.fp8 import KV_FP8_FORMATS
 from kvant_kernels.kv_cache_scheme import KV_CACHE_SCHEME
 from kvant_kernels.kv_scales import SAFETY_MARGIN, LayerAbsmax, kv_cache_scale
@@ -38,7 +39,7 @@ class Options:
     data: Path | None = None
     device: str = "cpu"
     tensor_parallel: int = 1  # SGLang's TP size: the JSON's scales are checked against it, rank by rank
-    kv_dtype: str = "fp8_e4m3"  # the served --kv-cache-dtype, whose range the scales map onto
+    kv_dtype: str = DEFAULT_KV_DTYPE  # the served --kv-cache-dtype, whose range the scales map onto
 
 
 def measure_kv_absmax(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvant_contracts.kv_dtypes import DEFAULT_KV_DTYPE
 from kvant_contracts.kv_scale_delivery import (
     REMAPPED_ATTENTION,
     TENSOR_PATHS,
@@ -55,7 +56,7 @@ class KVLayout:
         ]
 
 
-def kv_layout(config: dict[str, Any], kv_dtype: str = "fp8_e4m3") -> KVLayout:
+def kv_layout(config: dict[str, Any], kv_dtype: str = DEFAULT_KV_DTYPE) -> KVLayout:
     """The layout of `config`'s cache and the scale paths SGLang reads for a `kv_dtype` cache."""
     architectures = config.get("architectures") or []
     architecture = str(architectures[0]) if architectures else ""

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from kvant_contracts.kv_dtypes import DEFAULT_KV_DTYPE
 from kvant_kernels.kv_scales import LayerAbsmax, fake_quantize_kv
 from kvant_runtime.calibrate.input_errors import ModelInputError
 from kvant_runtime.calibrate.kv_layout import CacheKind
@@ -28,7 +29,7 @@ class KVTap:
         kind: CacheKind,
         scales: Mapping[int, tuple[float, float]] | None = None,
         widths: tuple[int, int] | None = None,
-        kv_dtype: str = "fp8_e4m3",
+        kv_dtype: str = DEFAULT_KV_DTYPE,
     ) -> None:
         self.kind = kind
         self.scales = scales

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kvant_contracts.kv_dtypes import FP8_KV_DTYPE_NAMES, KvCacheDtype
 from kvant_runtime.calibrate.job_output import EXIT_GATE_FAILED, emit_result, fail, say
 
 _DESCRIPTION = """\
@@ -35,8 +36,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("candidate", type=Path, metavar="CANDIDATE_DIR")
     parser.add_argument(
         "--kv-dtype",
-        default="auto",
-        help="candidate KV cache: auto or bf16 (unquantized), or fp8_e4m3 / fp8_e5m2 (simulated)",
+        default=KvCacheDtype.AUTO.value,
+        help=f"candidate KV cache: {KvCacheDtype.AUTO} or {KvCacheDtype.BF16} (unquantized), or "
+        f"{' / '.join(FP8_KV_DTYPE_NAMES)} (simulated)",
     )
     parser.add_argument(
         "--unit-scales",

@@ -22,6 +22,7 @@ import torch
 
 from kvant_contracts.artifact_manifest import MANIFEST_NAME, ManifestError, verify_artifact
 from kvant_contracts.job_lines import EvalVerdict
+from kvant_contracts.kv_dtypes import FP8_KV_DTYPE_NAMES, KV_DTYPE_NAMES, KvCacheDtype
 from kvant_kernels.fp8 import KV_FP8_FORMATS
 from kvant_runtime.calibrate.calibrator import resolve_device
 from kvant_runtime.calibrate.data import token_windows
@@ -33,13 +34,13 @@ from kvant_runtime.calibrate.stream import LayerStream
 from kvant_runtime.evaluate.agreement import Agreement
 
 EVALUATION_DATA = "kvant_runtime.evaluate"
-KV_DTYPES = ("auto", "bf16", *KV_FP8_FORMATS)
+KV_DTYPES = KV_DTYPE_NAMES
 GATED_METRIC = "meanKLDivergence"
 
 
 @dataclass(frozen=True)
 class Options:
-    kv_dtype: str = "auto"
+    kv_dtype: str = KvCacheDtype.AUTO.value
     unit_scales: bool = False
     max_kl_divergence: float | None = None
     samples: int = 16
@@ -106,7 +107,9 @@ def _check_options(options: Options) -> None:
     if options.kv_dtype not in KV_DTYPES:
         raise ModelInputError(f"--kv-dtype {options.kv_dtype!r}: valid values are {', '.join(KV_DTYPES)}")
     if options.unit_scales and options.kv_dtype not in KV_FP8_FORMATS:
-        raise ModelInputError("--unit-scales applies to an FP8 KV cache; add --kv-dtype fp8_e4m3 or fp8_e5m2")
+        raise ModelInputError(
+            f"--unit-scales applies to an FP8 KV cache; add --kv-dtype {' or '.join(FP8_KV_DTYPE_NAMES)}"
+        )
     if options.max_kl_divergence is not None and options.max_kl_divergence < 0:
         raise ModelInputError(f"--max-kl-divergence {options.max_kl_divergence}: must be 0 or more")
 

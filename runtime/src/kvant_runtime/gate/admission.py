@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from kvant_contracts.limits import Limits
+from kvant_contracts.limits import Limits, ProtectionMode
 from kvant_contracts.tenancy import DEFAULT_TENANT, Priority
 from kvant_runtime.gate import refusals
 from kvant_runtime.gate.admit import shedding
@@ -187,10 +187,12 @@ class Admission:
             deadline=now + timeout,
         )
         per_minute = limits.tenancy.tokens_per_minute(tenant)
-        if limits.mode != "enforce":
-            observed = self._over(waiter) if limits.mode == "observe" else ()
+        if limits.mode != ProtectionMode.ENFORCE:
+            observed = self._over(waiter) if limits.mode == ProtectionMode.OBSERVE else ()
             # Observe spends the bucket as enforce would, so it reports what enforce would refuse.
-            if limits.mode == "observe" and isinstance(self._rates.take(tenant, tokens, per_minute), float):
+            if limits.mode == ProtectionMode.OBSERVE and isinstance(
+                self._rates.take(tenant, tokens, per_minute), float
+            ):
                 observed += ("tenant_rate",)
             return self._grant(waiter, over=observed)
         budget = self.token_budget
@@ -290,7 +292,7 @@ class Admission:
         """Grants waiting requests in queue order while the head breaks no policy; stops at the first
         that does, so the chosen request is never overtaken."""
         while (head := self._waiting.head()) is not None:
-            if self.limits.mode == "enforce" and self._over(head):
+            if self.limits.mode == ProtectionMode.ENFORCE and self._over(head):
                 break
             self._waiting.remove(head)
             head.future.set_result(self._grant(head, queued=True))

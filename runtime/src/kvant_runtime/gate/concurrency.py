@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvant_contracts.limits import Limits
+from kvant_contracts.limits import Limits, ProtectionMode
 from kvant_contracts.retraction_rate import RetractionRate
 
 
@@ -75,7 +75,7 @@ class ConcurrencyController:
 
     def step(self, sample: EngineSample | None, now: float, in_flight: int) -> Change | None:
         """One tick: `now` is a monotonic time, `in_flight` the gate's in-flight requests."""
-        if self.limits.mode == "off":
+        if self.limits.mode == ProtectionMode.OFF:
             return self._unprotected(sample, now)
         if sample is None:
             return self._decrease(self.value, "stale_metrics", "engine metrics are stale or failing")

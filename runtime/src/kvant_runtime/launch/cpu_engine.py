@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvant_contracts.cpu_serving import CPU_E5M2_REASON
+from kvant_contracts.kv_dtypes import KvCacheDtype
 
 ENGINE_ENV = {"SGLANG_USE_CPU_ENGINE": "1"}
 # The CPU flags AMX announces in /proc/cpuinfo; SGLang's AMX kernels use tiles with bf16 and int8.
@@ -60,8 +61,8 @@ def cpu_refusal(weights_format: str, kv_cache_dtype: str, amx: bool) -> str | No
             "spec.weights.format int4 (compressed-tensors W4A16) has only CUDA kernels in SGLang 0.5: "
             "serve it with spec.serving.device cuda, or use format bf16 on CPU"
         )
-    if kv_cache_dtype == "fp8_e5m2":
-        return f"spec.kvCache.dtype fp8_e5m2: {CPU_E5M2_REASON}"
+    if kv_cache_dtype == KvCacheDtype.FP8_E5M2:
+        return f"spec.kvCache.dtype {KvCacheDtype.FP8_E5M2}: {CPU_E5M2_REASON}"
     if amx:
         return None
     if kv_cache_dtype.startswith("fp8"):

@@ -20,6 +20,7 @@ MODULES: tuple[str, ...] = (
     "kvant_contracts.cpu_serving",
     "kvant_contracts.engine_scheduler",
     "kvant_contracts.job_lines",
+    "kvant_contracts.kv_dtypes",
     "kvant_contracts.launch_spec",
     "kvant_contracts.serving_pod",
     "kvant_contracts.weight_formats",

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from kvant_contracts import engine_scheduler
+from kvant_contracts.kv_dtypes import KV_DTYPE_NAMES
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--kv-cache-dtype",
-        choices=["auto", "bf16", "fp8_e4m3", "fp8_e5m2"],
+        choices=KV_DTYPE_NAMES,
         help="reported in /get_server_info as SGLang does (default: the plan's, else auto)",
     )
     parser.add_argument("--page-size", type=int, help="KV page size in tokens (default: the plan's, else 1)")
