@@ -38,6 +38,7 @@ from kvant_runtime.gate.limits_watch import ConfigMapWatch, LimitsConfigMap
 from kvant_runtime.gate.loops import EngineLoadLoop, LimitsFollower, LocalLoop, watch_limits
 from kvant_runtime.gate.port_relay import RelayConfig, running_relay
 from kvant_runtime.gate.proxy import Proxy
+from kvant_runtime.http_body import read_up_to
 from kvant_runtime.image_tokens import load_image_processor
 from kvant_runtime.prompt_counter import load_counter
 
@@ -157,7 +158,7 @@ class EngineWindow:
         timeout = aiohttp.ClientTimeout(total=seconds)
         try:
             async with self.session.get(f"{self.upstream}{path}", timeout=timeout) as resp:
-                body = await resp.content.read(_ENGINE_METRICS_MAX_BYTES + 1)
+                body = await read_up_to(resp, _ENGINE_METRICS_MAX_BYTES)
                 if len(body) > _ENGINE_METRICS_MAX_BYTES:
                     raise EngineUnreachable(
                         f"GET {path} answered more than {_ENGINE_METRICS_MAX_BYTES} bytes"

@@ -26,6 +26,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from kvant_runtime.http_body import read_up_to
+
 ROUTE = "/kvant-sim/handoff/{room}"
 MAX_WAIT_SECONDS = 30.0
 ROOM_TTL_SECONDS = 60.0
@@ -124,7 +126,7 @@ async def fetch_handoff(bootstrap: Bootstrap, wait_seconds: float = MAX_WAIT_SEC
             aiohttp.ClientSession(timeout=timeout) as session,
             session.get(url, params={"wait": str(wait_seconds)}) as response,
         ):
-            body = await response.content.read(MAX_RECORD_BYTES + 1)
+            body = await read_up_to(response, MAX_RECORD_BYTES)
             if response.status != 200:
                 raise HandoffError(f"KV transfer from {where} failed: HTTP {response.status}")
     except (aiohttp.ClientError, TimeoutError) as error:
