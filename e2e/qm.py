@@ -129,13 +129,3 @@ def generate(url: str, new_tokens: int = 2, timeout: float = 30) -> Obj:
     with urllib.request.urlopen(request, timeout=timeout) as response:
         answer: Obj = json.load(response)
     return answer
-
-
-def metric_value(text: str, name: str, labels: str = "") -> float | None:
-    """The value of one sample in Prometheus text format, e.g. name='kvant_gate_configured_limit',
-    labels='field="maxConcurrency"'."""
-    prefix = f"{name}{{{labels}}}" if labels else name
-    for line in text.splitlines():
-        if line.startswith(prefix + " "):
-            return float(line.rsplit(" ", 1)[1])
-    return None

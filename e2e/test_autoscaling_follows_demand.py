@@ -24,9 +24,10 @@ import pytest
 from kubernetes import client
 from tests.kube_wait import wait_for
 
-from e2e.qm import apply, get_qm, metric_value, metrics_url, service_url, serving_pods, wait_ready
+from e2e.qm import apply, get_qm, metrics_url, service_url, serving_pods, wait_ready
 from e2e.test_real_engine_serves_and_is_protected import ONE_ROUTER, READY_SECONDS, chat_model
 from e2e.test_router_discovers_engines_and_serves import ask
+from kvant_contracts import prometheus_text
 from kvant_contracts.autoscaling import DEMAND_GAUGE
 from kvant_operator.render.meta import DELETION_COST
 from kvant_operator.render.roles import engine_selector
@@ -103,9 +104,9 @@ def _gate(pod: Any) -> str:
 
 def _has_room(metrics: str) -> bool:
     """A gate that would let a request through at once: nothing queued and a slot free."""
-    in_flight = metric_value(metrics, "kvant_gate_in_flight_requests")
-    effective = metric_value(metrics, "kvant_gate_effective_concurrency")
-    queued = metric_value(metrics, "kvant_gate_queue_length")
+    in_flight = prometheus_text.value(metrics, "kvant_gate_in_flight_requests")
+    effective = prometheus_text.value(metrics, "kvant_gate_effective_concurrency")
+    queued = prometheus_text.value(metrics, "kvant_gate_queue_length")
     if in_flight is None or effective is None or queued is None:
         return False
     return queued == 0 and in_flight < effective
@@ -140,12 +141,11 @@ def _rejected(metrics: str) -> dict[str, float] | None:
     """`kvant_gate_rejected_total` by reason, or None while the gate does not answer."""
     if not metrics:
         return None
-    counts: dict[str, float] = {}
-    for line in metrics.splitlines():
-        if line.startswith('kvant_gate_rejected_total{reason="'):
-            reason = line.split('"')[1]
-            counts[reason] = float(line.rsplit(" ", 1)[1])
-    return counts
+    return {
+        sample.labels["reason"]: sample.value
+        for sample in prometheus_text.samples(metrics, "kvant_gate_rejected_total")
+        if "reason" in sample.labels
+    }
 
 
 @dataclass(frozen=True)
@@ -225,7 +225,7 @@ def scale_out_and_in(cluster: Any, namespace: str, model: dict[str, Any], shape:
 
         def scaled_out() -> bool:
             for pod in serving_pods(cluster, namespace, MODEL):  # the protection loop stays in bounds
-                effective = metric_value(_gate(pod), "kvant_gate_effective_concurrency")
+                effective = prometheus_text.value(_gate(pod), "kvant_gate_effective_concurrency")
                 if effective is not None:
                     bounds.append(effective)
             return get_qm(cluster, namespace, MODEL)["spec"]["serving"]["replicas"] >= 2
@@ -238,12 +238,14 @@ def scale_out_and_in(cluster: Any, namespace: str, model: dict[str, Any], shape:
         added = [p for p in serving_pods(cluster, namespace, MODEL) if p.metadata.name not in first]
 
         def new_replica_serves() -> bool:
-            return any((metric_value(_gate(p), "kvant_gate_admitted_total") or 0) > 0 for p in added)
+            return any((prometheus_text.value(_gate(p), "kvant_gate_admitted_total") or 0) > 0 for p in added)
 
         wait_for(new_replica_serves, 60, "a new replica to take traffic through the router", interval=2)
         status = get_qm(cluster, namespace, MODEL)["status"]["autoscaling"]
         assert status["maxReplicas"] == maximum and status["desiredReplicas"] >= 2, status
-        demand = [metric_value(_gate(p), DEMAND_GAUGE) for p in serving_pods(cluster, namespace, MODEL)]
+        demand = [
+            prometheus_text.value(_gate(p), DEMAND_GAUGE) for p in serving_pods(cluster, namespace, MODEL)
+        ]
         print(f"scale-out: replicas 2 at {out_at:.0f} s, Ready at {ready_at:.0f} s; demand now {demand}")
 
         # The load stops; a light one runs through the scale-in, and must not lose a request. What the

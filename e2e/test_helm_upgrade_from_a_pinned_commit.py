@@ -45,10 +45,10 @@ import pytest
 from kubernetes import client
 from tests.helm_chart import CHART, helm, value_flags
 from tests.kube_wait import wait_for
-from tests.prom_text import metric_sum
 from tests.unit.test_upgrade_restarts_no_engine_unannounced import ANNOUNCEMENT, unreleased_notes
 
 from e2e.qm import apply, service_url, serving_pods, wait_ready
+from kvant_contracts import prometheus_text
 from kvant_dev.loadgen import LoadResult, LoadShape, generate_load
 from kvant_dev.releases import REPO, check_out
 from kvant_operator.render.roles import engine_selector
@@ -340,7 +340,7 @@ def _reconciled(pods: list[client.V1Pod]) -> float:
         url = f"http://{pod.status.pod_ip}:{METRICS_PORT}/metrics"
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
-                total += metric_sum(response.read().decode(), "kvant_operator_reconciles_total")
+                total += prometheus_text.total(response.read().decode(), "kvant_operator_reconciles_total")
         except OSError:
             continue  # still starting
     return total

@@ -7,14 +7,15 @@ import urllib.request
 import pytest
 from tests.kube_wait import wait_for
 
-from e2e.qm import apply, metric_value, patch_spec, serving_pods, wait_ready
+from e2e.qm import apply, patch_spec, serving_pods, wait_ready
+from kvant_contracts import prometheus_text
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
 
 def _gate_limit(pod_ip: str, field: str) -> float | None:
     with urllib.request.urlopen(f"http://{pod_ip}:9090/metrics", timeout=5) as response:
-        return metric_value(response.read().decode(), "kvant_gate_configured_limit", f'field="{field}"')
+        return prometheus_text.value(response.read().decode(), "kvant_gate_configured_limit", field=field)
 
 
 def test_limits_edit_reaches_gate_without_restart(cluster, operator, namespace, tiny_model):

@@ -10,7 +10,8 @@ import pytest
 from kubernetes import client
 from tests.kube_wait import wait_for
 
-from e2e.qm import apply, metric_value, metrics_url, patch_spec, serving_pods, wait_ready
+from e2e.qm import apply, metrics_url, patch_spec, serving_pods, wait_ready
+from kvant_contracts import prometheus_text
 from kvant_contracts.limits import LIMITS_FILE
 from kvant_operator.render.limits_configmap import limits_name
 
@@ -19,9 +20,9 @@ pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 REACHED_SECONDS = 20  # generous; the file would need the projection delay (60 s) and more
 
 
-def _gate_metric(pod: client.V1Pod, name: str, labels: str) -> float | None:
+def _gate_metric(pod: client.V1Pod, name: str, **labels: str) -> float | None:
     with urllib.request.urlopen(f"{metrics_url(pod)}/metrics", timeout=5) as response:
-        return metric_value(response.read().decode(), name, labels)
+        return prometheus_text.value(response.read().decode(), name, **labels)
 
 
 def test_a_limits_edit_reaches_the_gate_through_the_api_before_the_file(
@@ -32,7 +33,7 @@ def test_a_limits_edit_reaches_the_gate_through_the_api_before_the_file(
     wait_ready(cluster, namespace, "tiny")
     (pod,) = serving_pods(cluster, namespace, "tiny")
     wait_for(
-        lambda: _gate_metric(pod, "kvant_gate_limits_source", 'source="api"') == 1,
+        lambda: _gate_metric(pod, "kvant_gate_limits_source", source="api") == 1,
         REACHED_SECONDS,
         "the gate's watch on its limits ConfigMap to sync",
     )
@@ -42,13 +43,13 @@ def test_a_limits_edit_reaches_the_gate_through_the_api_before_the_file(
     )
     before = mounted.read_text()
     assert before == configmap.data[LIMITS_FILE]  # nothing pending: the next projection is our edit's
-    assert _gate_metric(pod, "kvant_gate_configured_limit", 'field="maxConcurrency"') == 8
+    assert _gate_metric(pod, "kvant_gate_configured_limit", field="maxConcurrency") == 8
 
     patch_spec(cluster, namespace, "tiny", {"limits": {"maxConcurrency": 5}})
     wait_for(
-        lambda: _gate_metric(pod, "kvant_gate_configured_limit", 'field="maxConcurrency"') == 5,
+        lambda: _gate_metric(pod, "kvant_gate_configured_limit", field="maxConcurrency") == 5,
         REACHED_SECONDS,
         "the gate to apply maxConcurrency 5",
     )
     assert mounted.read_text() == before  # the file still has the old limits: the API path did it
-    assert _gate_metric(pod, "kvant_gate_limits_source", 'source="api"') == 1
+    assert _gate_metric(pod, "kvant_gate_limits_source", source="api") == 1

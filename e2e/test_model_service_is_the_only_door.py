@@ -12,7 +12,8 @@ from kubernetes import client
 from tests.integration.workloads import pod, python_container
 from tests.kube_wait import wait_for
 
-from e2e.qm import apply, metric_value, metrics_url, service_url, serving_pods, wait_ready
+from e2e.qm import apply, metrics_url, service_url, serving_pods, wait_ready
+from kvant_contracts import prometheus_text
 from kvant_contracts.serving_pod import ENGINE_PORT, GATE_PORT
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
@@ -41,7 +42,7 @@ print(json.dumps({
 
 def _admitted(pod_obj: client.V1Pod) -> float:
     with urllib.request.urlopen(f"{metrics_url(pod_obj)}/metrics", timeout=5) as response:
-        return metric_value(response.read().decode(), "kvant_gate_admitted_total") or 0.0
+        return prometheus_text.value(response.read().decode(), "kvant_gate_admitted_total") or 0.0
 
 
 def _generate(url: str) -> int:

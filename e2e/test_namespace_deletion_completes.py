@@ -24,6 +24,7 @@ from tests.model_stores import create_bucket, upload_folder
 from e2e.conftest import SOURCE_CREDENTIALS
 from e2e.qm import apply, get_qm, is_true, wait_ready
 from e2e.test_fetched_sources_reach_ready import apply_secret, s3_keys
+from kvant_contracts import prometheus_text
 from kvant_contracts.drain import POD_TERMINATION_GRACE_SECONDS
 from kvant_dev.cluster import LocalCluster
 from kvant_dev.model_stores import ModelStores
@@ -154,7 +155,6 @@ def test_deleting_a_namespace_with_models_in_every_phase_completes(
     print(f"a namespace with 5 models: pods gone in {pods_at:.1f} s, the namespace in {took:.1f} s")
 
     # Nothing of the models stays in the operator: each daemon stopped and forgot its series.
-    text = _metrics(operator)
-    assert f'namespace="{namespace}"' not in text, [
-        line for line in text.splitlines() if f'namespace="{namespace}"' in line
-    ][:5]
+    series = prometheus_text.samples(_metrics(operator))
+    kept = [sample for sample in series if sample.labels.get("namespace") == namespace]
+    assert not kept, kept[:5]

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 from tests.kube_wait import wait_for
-from tests.prom_text import metric_sum
 
 from e2e.qm import apply, metrics_url, service_url, serving_pods, wait_ready
+from kvant_contracts import prometheus_text
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 REPO = Path(__file__).resolve().parents[1]
@@ -60,7 +60,7 @@ def generated(cluster, namespace: str, role: str) -> float:
     ]
     with urllib.request.urlopen(f"{metrics_url(pod)}/metrics", timeout=5) as response:
         text = response.read().decode()
-    return metric_sum(text, "sglang:generation_tokens_total")
+    return prometheus_text.total(text, "sglang:generation_tokens_total")
 
 
 def test_the_prefill_decode_example_serves_through_the_router_with_both_roles_working(

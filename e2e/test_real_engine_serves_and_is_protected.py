@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import re
 import threading
 import urllib.request
 from collections.abc import Callable
@@ -23,12 +22,12 @@ import yaml
 from kubernetes import client
 from openai import APIStatusError, OpenAI
 from tests.kube_wait import wait_for
-from tests.prom_text import metric_sum
 from tests.unit.test_status_read_by_kstatus_and_argocd import kstatus
 
-from e2e.qm import apply, get_qm, metric_value, metrics_url, patch_spec, service_url, serving_pods, wait_ready
+from e2e.qm import apply, get_qm, metrics_url, patch_spec, service_url, serving_pods, wait_ready
 from e2e.test_dashboard_and_alert_queries_return_series import alert_queries, dashboard_queries
 from e2e.test_router_discovers_engines_and_serves import workers
+from kvant_contracts import prometheus_text
 from kvant_contracts.serving_pod import GATE_PORT
 from kvant_contracts.sglang_metrics import NUM_RUNNING_REQS
 from kvant_contracts.tenancy import OVERRIDE_PRIORITY_HEADER
@@ -71,18 +70,17 @@ def pod_metrics(pod: client.V1Pod) -> str:
 
 
 def by_pod(pods: list[client.V1Pod], name: str) -> dict[str, float]:
-    return {pod.metadata.name: metric_sum(pod_metrics(pod), name) for pod in pods}
+    return {pod.metadata.name: prometheus_text.total(pod_metrics(pod), name) for pod in pods}
 
 
 def _refusals_by_class(pods: list[client.V1Pod]) -> dict[str, float]:
     """The gates' own refusals, summed over the pods, by `class/reason`."""
     found: dict[str, float] = {}
     for pod in pods:
-        for line in pod_metrics(pod).splitlines():
-            if line.startswith("kvant_gate_tenant_rejected_total{") and not line.endswith(" 0.0"):
-                labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
-                key = f"{labels.get('priority')}/{labels.get('reason')}"
-                found[key] = found.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+        for sample in prometheus_text.samples(pod_metrics(pod), "kvant_gate_tenant_rejected_total"):
+            if sample.value != 0:
+                key = f"{sample.labels.get('priority')}/{sample.labels.get('reason')}"
+                found[key] = found.get(key, 0.0) + sample.value
     return found
 
 
@@ -186,7 +184,9 @@ def test_real_engine_serves_openai_clients_through_the_router(cluster, operator,
     hot_pod = next(p for p in pods if p.metadata.name == hot)
 
     def cached_tokens() -> float | None:
-        served = metric_sum(pod_metrics(hot_pod), "sglang:cached_tokens_total") - cached_before[hot]
+        served = (
+            prometheus_text.total(pod_metrics(hot_pod), "sglang:cached_tokens_total") - cached_before[hot]
+        )
         return served or None
 
     wait_for(cached_tokens, 30, f"the hot replica's radix cache to serve prompt tokens ({admitted})")
@@ -248,17 +248,12 @@ def test_real_engine_serves_openai_clients_through_the_router(cluster, operator,
 
 
 def _running_priorities(text: str) -> set[str]:
-    """The priorities of the engine's running requests, from its per-priority running-requests gauge.
-    Read line by line: prometheus_client's parser refused one such merged page in an e2e run
-    ("could not convert string to float: 'sglang:'"), which the same page taken locally did not
-    reproduce."""
-    priorities = set()
-    for line in text.splitlines():
-        if line.startswith(NUM_RUNNING_REQS + "{") and float(line.rsplit(" ", 1)[1]) > 0:
-            found = re.search(r'[{,]priority="([^"]*)"', line)
-            if found and found.group(1):
-                priorities.add(found.group(1))
-    return priorities
+    """The priorities of the engine's running requests, from its per-priority running-requests gauge."""
+    return {
+        sample.labels["priority"]
+        for sample in prometheus_text.samples(text, NUM_RUNNING_REQS)
+        if sample.value > 0 and sample.labels.get("priority")
+    }
 
 
 # A 2,048-token cache (kvCacheMiB 1: the tiny model's KV takes 512 bytes a token). The engine runs at
@@ -382,7 +377,10 @@ def test_protection_pays_on_the_real_engine(cluster, operator, namespace, chat_m
 
         # The protection mode and limits are live: the gate follows the edit, no pod restarts.
         patch_spec(cluster, namespace, name, {"protection": {"mode": "enforce"}})
-        in_enforce = lambda: metric_value(pod_metrics(pod), "kvant_gate_mode", 'mode="enforce"') == 1 or None  # noqa: E731
+
+        def in_enforce() -> bool | None:
+            return prometheus_text.value(pod_metrics(pod), "kvant_gate_mode", mode="enforce") == 1 or None
+
         wait_for(in_enforce, 60, "the gate to follow the edit to enforce")
         protected = one_x("enforce, 1x", capacity)
         assert protected.completed_tokens >= ONE_X_SHARE * off.completed_tokens, report
@@ -414,7 +412,8 @@ def test_protection_pays_on_the_real_engine(cluster, operator, namespace, chat_m
 def _engine_idle(pod: client.V1Pod) -> Callable[[], bool | None]:
     def idle() -> bool | None:
         text = pod_metrics(pod)
-        busy = metric_sum(text, "sglang:num_running_reqs") + metric_sum(text, "sglang:num_queue_reqs")
+        running = prometheus_text.total(text, "sglang:num_running_reqs")
+        busy = running + prometheus_text.total(text, "sglang:num_queue_reqs")
         return busy == 0 or None
 
     return idle

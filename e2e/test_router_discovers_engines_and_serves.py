@@ -20,9 +20,9 @@ from collections.abc import Callable
 import pytest
 from kubernetes import client
 from tests.kube_wait import wait_for
-from tests.prom_text import metric_sum
 
-from e2e.qm import apply, metric_value, metrics_url, patch_spec, service_url, serving_pods, wait_ready
+from e2e.qm import apply, metrics_url, patch_spec, service_url, serving_pods, wait_ready
+from kvant_contracts import prometheus_text
 from kvant_contracts.serving_pod import GATE_PORT
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
@@ -79,7 +79,7 @@ def gate_counts(pods: list[client.V1Pod], name: str) -> dict[str, float]:
     for pod in pods:
         with urllib.request.urlopen(f"{metrics_url(pod)}/metrics", timeout=5) as response:
             text = response.read().decode()
-        counts[pod.metadata.name] = metric_sum(text, name)
+        counts[pod.metadata.name] = prometheus_text.total(text, name)
     return counts
 
 
@@ -193,4 +193,4 @@ def test_the_router_spreads_keeps_prefixes_steps_around_a_full_gate_and_a_delete
 
 def _in_flight(pod: client.V1Pod) -> int:
     with urllib.request.urlopen(f"{metrics_url(pod)}/metrics", timeout=5) as response:
-        return int(metric_value(response.read().decode(), "kvant_gate_in_flight_requests") or 0)
+        return int(prometheus_text.value(response.read().decode(), "kvant_gate_in_flight_requests") or 0)

@@ -10,8 +10,9 @@ import pytest
 from kubernetes import client
 from tests.kube_wait import wait_for
 
-from e2e.qm import apply, get_qm, metric_value, wait_ready
+from e2e.qm import apply, get_qm, wait_ready
 from e2e.test_namespace_deletion_completes import ONE_PASS_SECONDS
+from kvant_contracts import prometheus_text
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.timeout(900)]  # may wait out a drain
 # The longest an earlier test's serving pod may still drain its answers (see the wait below).
@@ -41,7 +42,7 @@ def _reconciles(operator) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=5) as response:
         text = response.read().decode()
     return sum(
-        metric_value(text, "kvant_operator_reconciles_total", f'result="{r}"') or 0
+        prometheus_text.value(text, "kvant_operator_reconciles_total", result=r) or 0
         for r in ("busy", "settled")
     )
 
@@ -49,8 +50,7 @@ def _reconciles(operator) -> float:
 def _api_requests(operator) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=5) as response:
         text = response.read().decode()
-    prefix = "kvant_operator_api_requests_total{"
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+    return prometheus_text.total(text, "kvant_operator_api_requests_total")
 
 
 def _reconciled(operator, count: float):

@@ -35,6 +35,7 @@ from kubernetes import client
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.cluster_models import bench_cluster, simulator_model
 
+from kvant_contracts import prometheus_text
 from kvant_contracts.limits import LIMITS_FILE
 from kvant_contracts.serving_pod import METRICS_PORT
 from kvant_dev.cluster import LocalCluster
@@ -55,12 +56,9 @@ def manifest(replicas: int) -> dict[str, Any]:
     )
 
 
-def gate_metric(pod_ip: str, name: str, labels: str) -> float | None:
+def gate_metric(pod_ip: str, name: str, **labels: str) -> float | None:
     with urllib.request.urlopen(f"http://{pod_ip}:{METRICS_PORT}/metrics", timeout=5) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith(f"{name}{{{labels}}} "):
-                return float(line.rsplit(" ", 1)[1])
-    return None
+        return prometheus_text.value(response.read().decode(), name, **labels)
 
 
 def configmap_has(core: client.CoreV1Api, value: int) -> bool:
@@ -69,7 +67,7 @@ def configmap_has(core: client.CoreV1Api, value: int) -> bool:
 
 
 def gate_has(pod_ip: str, value: int) -> bool:
-    return gate_metric(pod_ip, "kvant_gate_configured_limit", 'field="maxConcurrency"') == value
+    return gate_metric(pod_ip, "kvant_gate_configured_limit", field="maxConcurrency") == value
 
 
 def until(probe: Callable[[], bool], started: float) -> float:
@@ -121,8 +119,7 @@ def run(cluster: LocalCluster, args: argparse.Namespace, work: Path) -> dict[str
             pods = gates()
             try:
                 return bool(pods) and all(
-                    gate_metric(p.status.pod_ip, "kvant_gate_limits_source", 'source="api"') == 1
-                    for p in pods
+                    gate_metric(p.status.pod_ip, "kvant_gate_limits_source", source="api") == 1 for p in pods
                 )
             except OSError:
                 return False

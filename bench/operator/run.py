@@ -28,6 +28,7 @@ from kubernetes import client
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.cluster_models import NODE_CHECKPOINT, bench_cluster, simulator_model
 
+from kvant_contracts import prometheus_text
 from kvant_dev.cluster import LocalCluster
 from kvant_dev.netutil import free_port, http_ok, wait_until
 from kvant_dev.process import ManagedProcess
@@ -55,8 +56,7 @@ def planned_status(body: dict[str, Any], checkpoint: Path) -> dict[str, Any]:
 
 def operator_metric(port: int, name: str) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+        return prometheus_text.total(response.read().decode(), name)
 
 
 def peak_rss_mib(pid: int) -> float:

@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
 
+from kvant_contracts import prometheus_text
 from kvant_dev.loadgen import LoadShape, engine_retractions, generate_load
 from kvant_dev.open_loop import OpenLoopShape, Slo, run_open_loop
 from kvant_runtime.gate.engine_load import fetch_loads
@@ -145,11 +145,13 @@ async def _sample(
                 running=load.running, waiting=load.waiting, usage=round(load.used_tokens / load.capacity, 3)
             )
             async with session.get(f"{front}/gate/metrics") as response:
-                for line in (await response.text()).splitlines():
-                    if line.startswith("kvant_gate_effective_concurrency "):
-                        row["concurrency"] = float(line.split()[-1])
-                    elif line.startswith("kvant_gate_queue_length "):
-                        row["gate_queue"] = float(line.split()[-1])
+                page = await response.text()
+            for key, name in (
+                ("concurrency", "kvant_gate_effective_concurrency"),
+                ("gate_queue", "kvant_gate_queue_length"),
+            ):
+                if (found := prometheus_text.value(page, name)) is not None:
+                    row[key] = found
         except Exception as err:  # a sample missed is a gap in the series, not a failed cell
             row["error"] = str(err)[:80]  # type: ignore[assignment]
         into.append(row)
@@ -212,13 +214,10 @@ def sampled_means(samples: list[dict[str, float]]) -> dict[str, float | None]:
 def _refusals(front: str) -> dict[str, int]:
     """The gate's own refusals by reason (`deadline` at arrival, `queue_timeout` after waiting, ...)."""
     with urllib.request.urlopen(f"{front}/gate/metrics", timeout=10) as page:
-        families = text_string_to_metric_families(page.read().decode())
         return {
             sample.labels["reason"]: int(sample.value)
-            for family in families
-            if family.name == "kvant_gate_rejected"
-            for sample in family.samples
-            if sample.name == "kvant_gate_rejected_total" and sample.value
+            for sample in prometheus_text.samples(page.read().decode(), "kvant_gate_rejected_total")
+            if sample.value
         }
 
 

@@ -56,6 +56,7 @@ from typing import Any
 
 import aiohttp
 
+from kvant_contracts import prometheus_text
 from kvant_contracts import sglang_metrics as metric_names
 from kvant_dev.loadgen import LoadResult, LoadShape, engine_retractions, generate_load
 from kvant_dev.netutil import free_port, http_ok, wait_until
@@ -340,10 +341,9 @@ async def _engine_sample(session: aiohttp.ClientSession, engine: str) -> dict[st
         "generation_tokens": metric_names.GENERATION_TOKENS_TOTAL,
     }
     series: dict[str, list[metric_names.Series]] = {metric: [] for metric in names.values()}
-    for line in text.splitlines():
-        name, _, labels = line.rsplit(" ", 1)[0].partition("{")
-        if name in series:
-            series[name].append((metric_names.scheduler_in(labels), float(line.rsplit(" ", 1)[1])))
+    for sample in prometheus_text.samples(text):
+        if sample.name in series:
+            series[sample.name].append((metric_names.scheduler_of(sample.labels), sample.value))
     return {key: metric_names.combine(metric, series[metric]) or 0.0 for key, metric in names.items()}
 
 

@@ -59,8 +59,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
+from kvant_contracts import prometheus_text
 from kvant_dev.loadgen import engine_retractions
 from kvant_dev.netutil import free_port, http_ok, wait_until
 from kvant_dev.trace_load import CUT, Arrival, Outcome, Trace, arrivals, draw_prompt, replay
@@ -258,14 +257,13 @@ def gate_refusals(front: str) -> dict[str, dict[str, float]]:
     with urllib.request.urlopen(f"{front}/gate/metrics", timeout=5) as response:
         text = response.read().decode()
     found: dict[str, dict[str, float]] = {}
-    for family in text_string_to_metric_families(text):
-        if not any(word in family.name for word in ("reject", "refus")):
+    for sample in prometheus_text.samples(text):
+        if not any(word in sample.name for word in ("reject", "refus")):
             continue
-        for sample in family.samples:
-            if sample.name.endswith("_total") and {"reason", "tenant"} <= sample.labels.keys():
-                by_reason = found.setdefault(sample.labels["tenant"], {})
-                reason = sample.labels["reason"]
-                by_reason[reason] = by_reason.get(reason, 0.0) + sample.value
+        if sample.name.endswith("_total") and {"reason", "tenant"} <= sample.labels.keys():
+            by_reason = found.setdefault(sample.labels["tenant"], {})
+            reason = sample.labels["reason"]
+            by_reason[reason] = by_reason.get(reason, 0.0) + sample.value
     return found
 
 

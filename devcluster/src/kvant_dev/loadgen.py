@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from kvant_contracts.prometheus_text import Sample, samples
 from kvant_contracts.sglang_metrics import (
     NUM_RETRACTED_REQUESTS_TOTAL,
     NUM_RUNNING_REQS,
     retractions_total,
-    scheduler_in,
+    scheduler_of,
 )
 
 
@@ -176,9 +177,9 @@ def engine_retractions(metrics_url: str) -> float:
 def _one_read(metrics_url: str) -> float:
     for attempt in range(ENGINE_METRICS_ATTEMPTS):
         with urllib.request.urlopen(f"{metrics_url}/metrics", timeout=5) as response:
-            text = response.read().decode()
-        if any(line.startswith(NUM_RUNNING_REQS) for line in text.splitlines()):
-            return _retractions_in(text)
+            page = samples(response.read().decode())
+        if any(sample.name == NUM_RUNNING_REQS for sample in page):
+            return _retractions_in(page)
         if attempt + 1 < ENGINE_METRICS_ATTEMPTS:
             time.sleep(1.0)
     raise EngineMetricsMissing(
@@ -187,10 +188,9 @@ def _one_read(metrics_url: str) -> float:
     )
 
 
-def _retractions_in(text: str) -> float:
-    prefix = NUM_RETRACTED_REQUESTS_TOTAL + "{"
+def _retractions_in(page: list[Sample]) -> float:
     return retractions_total(
-        (scheduler_in(line[len(prefix) - 1 :]), float(line.rsplit(" ", 1)[1]))
-        for line in text.splitlines()
-        if line.startswith(prefix)
+        (scheduler_of(sample.labels), sample.value)
+        for sample in page
+        if sample.name == NUM_RETRACTED_REQUESTS_TOTAL
     )

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from prometheus_client.parser import text_string_to_metric_families
-
+from kvant_contracts import prometheus_text
 from kvant_contracts.kube_object import Obj
 from kvant_contracts.limits import Limits
 from kvant_contracts.serving_pod import GATE_BUSY_REASONS
@@ -135,21 +134,20 @@ def replica_from_metrics(pod: str, text: str) -> Replica:
     maxima: dict[str, float] = {}
     engine: dict[str, list[Series]] = {}
     tenants: dict[tuple[str, str], TenantLoad] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in (TENANT_ADMITTED_TOKENS, TENANT_REJECTED, TENANT_QUEUED):
-                _add_tenant_sample(tenants, sample.name, sample.labels, float(sample.value))
-                continue
-            if sample.name.startswith(PREFIX):
-                engine.setdefault(sample.name, []).append((scheduler_of(sample.labels), float(sample.value)))
-                continue
-            if (
-                sample.name == "kvant_gate_rejected_total"
-                and sample.labels.get("reason") not in GATE_BUSY_REASONS
-            ):
-                continue
-            sums[sample.name] = sums.get(sample.name, 0.0) + float(sample.value)
-            maxima[sample.name] = max(maxima.get(sample.name, 0.0), float(sample.value))
+    for sample in prometheus_text.samples(text):
+        if sample.name in (TENANT_ADMITTED_TOKENS, TENANT_REJECTED, TENANT_QUEUED):
+            _add_tenant_sample(tenants, sample.name, sample.labels, sample.value)
+            continue
+        if sample.name.startswith(PREFIX):
+            engine.setdefault(sample.name, []).append((scheduler_of(sample.labels), sample.value))
+            continue
+        if (
+            sample.name == "kvant_gate_rejected_total"
+            and sample.labels.get("reason") not in GATE_BUSY_REASONS
+        ):
+            continue
+        sums[sample.name] = sums.get(sample.name, 0.0) + sample.value
+        maxima[sample.name] = max(maxima.get(sample.name, 0.0), sample.value)
     token_usage = combine(TOKEN_USAGE, engine.get(TOKEN_USAGE, []))
     return Replica(
         pod=pod,

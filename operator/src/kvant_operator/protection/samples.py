@@ -9,8 +9,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
-from prometheus_client.parser import text_string_to_metric_families
-
+from kvant_contracts import prometheus_text
 from kvant_contracts.kube_object import Obj
 from kvant_contracts.retraction_rate import RetractionRate, promql_retractions_per_minute
 from kvant_contracts.sglang_metrics import (
@@ -66,10 +65,9 @@ def scrape_pods(pods: list[tuple[str, str]], port: int, memory: CounterMemory) -
 def _values(text: str) -> dict[str, float]:
     """The engine's value of each metric we read, its series combined as the contract says."""
     series: dict[str, list[Series]] = {TOKEN_USAGE: [], NUM_RETRACTED_REQUESTS_TOTAL: []}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in series:
-                series[sample.name].append((scheduler_of(sample.labels), float(sample.value)))
+    for sample in prometheus_text.samples(text):
+        if sample.name in series:
+            series[sample.name].append((scheduler_of(sample.labels), sample.value))
     combined = {name: combine(name, found) for name, found in series.items()}
     return {name: value for name, value in combined.items() if value is not None}
 

@@ -40,8 +40,9 @@ class EngineMetricsError(Exception):
 def parse_engine_metrics(text: str) -> EngineSample:
     """Extracts the gate's signals from a `/metrics` body; token_usage is required.
 
-    A line scan for the three series, not a full exposition parser: an engine's `/metrics`
-    runs to thousands of lines, and parsing them all would stall the proxy's event loop.
+    A line scan for the three series, not the parser every other reader uses
+    (`kvant_contracts.prometheus_text`): an engine's `/metrics` runs to thousands of lines, and
+    parsing them all would stall the proxy's event loop.
     """
     series: dict[str, list[Series]] = {name: [] for name in _WANTED}
     for line in text.splitlines():
