@@ -14,7 +14,7 @@
    - llm-compressor GPTQ: `llmcompressor_gptq.py` in the bench-only venv that
      `hack/bench-llmcompressor-env.sh` builds (GPTQModifier, scheme W4A16, targets Linear, ignore
      lm_head, the same dampening, actorder "weight" = Kvant's fixed-group act-order, or none),
-     calibrated on exactly the token windows Kvant's GPTQ uses (`calibrate.data.token_windows` with
+     calibrated on exactly the token windows Kvant's GPTQ uses (`checkpoint.token_windows.token_windows` with
      `grow_builtin=True`: the built-in calibration prose followed by the standard library's docstrings
      up to samples x sequence length, or `--calibration-data`; passed as token ids, and checked
      against the sample and token counts Kvant's GPTQ logs), saved with save_compressed=True
@@ -64,10 +64,10 @@ import torch
 
 from kvant_kernels.int4 import GROUP_SIZES
 from kvant_runtime.calibrate.calibrator import CALIBRATION_DATA, measure_kv_absmax, scales_for
-from kvant_runtime.calibrate.data import TokenWindows, token_windows
-from kvant_runtime.calibrate.kv_layout import kv_layout
-from kvant_runtime.calibrate.kv_tap import KVTap
-from kvant_runtime.calibrate.layer_reader import read_json
+from kvant_runtime.checkpoint.kv_layout import kv_layout
+from kvant_runtime.checkpoint.kv_tap import KVTap
+from kvant_runtime.checkpoint.layer_reader import read_json
+from kvant_runtime.checkpoint.token_windows import TokenWindows, token_windows
 from kvant_runtime.evaluate.evaluator import EVALUATION_DATA, run_lockstep
 from kvant_runtime.tinychat import ensure_tiny_chat_model
 

@@ -31,10 +31,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from kvant_runtime.calibrate.calibrator import Options, calibrate
 from kvant_runtime.convert.converter import Job, run
-from kvant_runtime.convert.progress import Progress
 from kvant_runtime.convert.recipe import Recipe
 from kvant_runtime.evaluate.evaluator import Options as EvalOptions
 from kvant_runtime.evaluate.evaluator import evaluate
+from kvant_runtime.job_progress import Progress
 from kvant_runtime.tinymodel import make_tiny_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -177,9 +177,9 @@ from pathlib import Path
 torch.set_num_threads(2)
 from transformers import AutoModelForCausalLM
 from kvant_runtime.calibrate.calibrator import CALIBRATION_DATA, measure_kv_absmax
-from kvant_runtime.calibrate.data import token_windows
-from kvant_runtime.calibrate.layer_reader import read_json
-from kvant_runtime.calibrate.kv_layout import kv_layout
+from kvant_runtime.checkpoint.token_windows import token_windows
+from kvant_runtime.checkpoint.layer_reader import read_json
+from kvant_runtime.checkpoint.kv_layout import kv_layout
 artifact, mode = Path(sys.argv[1]), sys.argv[2]
 config = read_json(artifact / "config.json")
 windows = token_windows(

@@ -26,10 +26,10 @@ import torch
 from kvant_kernels.bits import E4M3_VALUES
 from kvant_kernels.fp8 import FP8_E4M3, quantize_fp8
 from kvant_kernels.kv_scales import fake_quantize_kv
-from kvant_runtime.calibrate.kv_layout import KVLayout, kv_layout
-from kvant_runtime.calibrate.kv_tap import KVTap
-from kvant_runtime.calibrate.layer_reader import Checkpoint, read_json
-from kvant_runtime.calibrate.stream import LayerStream
+from kvant_runtime.checkpoint.kv_layout import KVLayout, kv_layout
+from kvant_runtime.checkpoint.kv_tap import KVTap
+from kvant_runtime.checkpoint.layer_reader import Checkpoint, read_json
+from kvant_runtime.checkpoint.layer_stream import LayerStream
 from kvant_runtime.evaluate.agreement import Agreement
 
 CPU = torch.device("cpu")

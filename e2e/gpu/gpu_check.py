@@ -207,7 +207,7 @@ def run_steps(run: Run, args: argparse.Namespace, weights: str) -> None:
     import torch  # noqa: PLC0415
 
     from e2e.gpu import fp8_compare, kvant_steps  # noqa: PLC0415 - they import torch
-    from kvant_runtime.calibrate.data import token_windows  # noqa: PLC0415
+    from kvant_runtime.checkpoint.token_windows import token_windows  # noqa: PLC0415
     from kvant_runtime.evaluate.evaluator import EVALUATION_DATA  # noqa: PLC0415
 
     sizes = sizes_from(args)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kvant_cli.modules import register_modules
-from kvant_runtime.calibrate.data import builtin_text
+from kvant_runtime.checkpoint.token_windows import builtin_text
 from kvant_runtime.tinymodel import make_tiny_checkpoint
 
 COMMAND_MODULES = (

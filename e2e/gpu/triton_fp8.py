@@ -15,7 +15,7 @@ import triton  # type: ignore[import-untyped]
 import triton.language as tl  # type: ignore[import-untyped]
 
 from kvant_kernels.fp8 import FP8_E4M3, FP8_E4M3_MAX
-from kvant_runtime.calibrate.kv_tap import KVTap
+from kvant_runtime.checkpoint.kv_tap import KVTap
 
 BLOCK = 1024
 

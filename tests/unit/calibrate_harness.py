@@ -10,7 +10,7 @@ import torch
 
 from kvant_kernels.tensors import DTYPE_NAMES, from_raw
 from kvant_runtime.calibrate.calibrator import Options, calibrate
-from kvant_runtime.convert.safetensors_io import ShardReader
+from kvant_runtime.checkpoint.safetensors_io import ShardReader
 from kvant_runtime.evaluate.evaluator import Options as EvalOptions
 from kvant_runtime.evaluate.evaluator import evaluate
 from tests.tiny_checkpoints import tiny_checkpoint

@@ -12,8 +12,8 @@ import torch
 from safetensors import safe_open
 
 from kvant_runtime.convert.converter import Job, run
-from kvant_runtime.convert.progress import Progress
 from kvant_runtime.convert.recipe import Recipe
+from kvant_runtime.job_progress import Progress
 
 
 def convert(source: Path, output: Path, **options: Any) -> dict[str, Any]:

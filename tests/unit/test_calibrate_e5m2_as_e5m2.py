@@ -15,7 +15,7 @@ import pytest
 
 from kvant_kernels.kv_scales import SAFETY_MARGIN
 from kvant_runtime.calibrate.calibrator import calibrate
-from kvant_runtime.calibrate.input_errors import ModelInputError
+from kvant_runtime.checkpoint.errors import CheckpointError
 from kvant_runtime.launch.argv import KV_SCALES_JSON
 from tests.tiny_checkpoints import tiny_checkpoint
 from tests.unit.calibrate_harness import CALIBRATION, evaluated, int4_artifact, read_tensor
@@ -51,6 +51,6 @@ def test_the_gate_emulates_e5m2_and_it_costs_more_than_e4m3(tmp_path):
 
 def test_an_unknown_kv_format_is_refused_before_anything_changes(tmp_path):
     artifact = int4_artifact("llama", tmp_path / "int4")
-    with pytest.raises(ModelInputError, match="--kv-dtype 'fp8_e3m4'"):
+    with pytest.raises(CheckpointError, match="--kv-dtype 'fp8_e3m4'"):
         calibrate(artifact, replace(CALIBRATION, kv_dtype="fp8_e3m4"), lambda _: None)
     assert (artifact / "kvant-manifest.json").is_file()  # still published: nothing was touched

@@ -21,9 +21,9 @@ import torch
 from kvant_contracts.artifact_manifest import verify_artifact
 from kvant_contracts.kv_scale_paths import KV_SCALE_PATHS
 from kvant_runtime.calibrate.calibrator import Options, calibrate
-from kvant_runtime.calibrate.input_errors import ModelInputError
-from kvant_runtime.calibrate.kv_layout import REMAPPED_ATTENTION, kv_layout
 from kvant_runtime.calibrate.scales_publish import SCALES_FILE
+from kvant_runtime.checkpoint.errors import CheckpointError
+from kvant_runtime.checkpoint.kv_layout import REMAPPED_ATTENTION, kv_layout
 from kvant_runtime.launch.argv import KV_SCALES_JSON
 from tests.tiny_checkpoints import tiny_checkpoint
 from tests.unit.calibrate_harness import CALIBRATION, calibrated, read_tensor, weight_map
@@ -177,7 +177,7 @@ def test_every_remap_architecture_kvant_accepts_maps_onto_its_radix_attention():
 )
 def test_an_architecture_without_a_path_is_refused_naming_it_and_sglang(architecture, why):
     with pytest.raises(
-        ModelInputError, match=rf"{architecture}.*SGLang 0\.5\.23|SGLang 0\.5\.23.*{architecture}"
+        CheckpointError, match=rf"{architecture}.*SGLang 0\.5\.23|SGLang 0\.5\.23.*{architecture}"
     ) as error:
         kv_layout({"architectures": [architecture], "num_hidden_layers": LAYERS})
     assert why in str(error.value)

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from kvant_kernels.kv_cache_scheme import KV_CACHE_SCHEME
-from kvant_runtime.calibrate.input_errors import ModelInputError
-from kvant_runtime.calibrate.kv_layout import kv_layout
+from kvant_runtime.checkpoint.errors import CheckpointError
+from kvant_runtime.checkpoint.kv_layout import kv_layout
 from tests.unit.sglang_source import SGLANG, sglang_function
 
 
@@ -80,5 +80,5 @@ def test_compressed_tensors_scheme_is_one_sglang_loads_scales_for():
 
 
 def test_unknown_architecture_is_refused_naming_it_and_sglang():
-    with pytest.raises(ModelInputError, match=r"'NotAModel'.*SGLang 0\.5\.23 serves no architecture"):
+    with pytest.raises(CheckpointError, match=r"'NotAModel'.*SGLang 0\.5\.23 serves no architecture"):
         kv_layout({"architectures": ["NotAModel"], "num_hidden_layers": 2})

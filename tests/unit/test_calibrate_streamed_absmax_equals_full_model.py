@@ -18,9 +18,9 @@ import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
 from kvant_runtime.calibrate.calibrator import CALIBRATION_DATA, measure_kv_absmax
-from kvant_runtime.calibrate.data import token_windows
-from kvant_runtime.calibrate.kv_layout import kv_layout
-from kvant_runtime.calibrate.layer_reader import read_json
+from kvant_runtime.checkpoint.kv_layout import kv_layout
+from kvant_runtime.checkpoint.layer_reader import read_json
+from kvant_runtime.checkpoint.token_windows import token_windows
 from tests.unit.calibrate_harness import CALIBRATION, int4_artifact
 
 

@@ -9,9 +9,9 @@ import shutil
 import pytest
 
 from kvant_contracts.artifact_manifest import MANIFEST_NAME, verify_artifact
-from kvant_runtime.calibrate import layer_reader as checkpoint_module
 from kvant_runtime.calibrate.calibrator import calibrate
-from kvant_runtime.calibrate.input_errors import ModelInputError
+from kvant_runtime.checkpoint import layer_reader as checkpoint_module
+from kvant_runtime.checkpoint.errors import CheckpointError
 from tests.unit.calibrate_harness import CALIBRATION, int4_artifact
 from tests.unit.convert_harness import kvant
 
@@ -25,11 +25,11 @@ def test_failure_leaves_it_unpublished_and_a_rerun_publishes(tmp_path, monkeypat
     def fail_in_layer_one(self, prefix, expected):
         if prefix == "model.layers.1":
             seen.append((artifact / MANIFEST_NAME).exists())
-            raise ModelInputError("disk went away while reading model.layers.1")
+            raise CheckpointError("disk went away while reading model.layers.1")
         return original(self, prefix, expected)
 
     monkeypatch.setattr(checkpoint_module.Checkpoint, "module_tensors", fail_in_layer_one)
-    with pytest.raises(ModelInputError, match="disk went away"):
+    with pytest.raises(CheckpointError, match="disk went away"):
         calibrate(artifact, CALIBRATION, lambda _: None)
     assert seen == [False], "unpublished while running"
     assert not (artifact / MANIFEST_NAME).exists(), "still unpublished after the failure"

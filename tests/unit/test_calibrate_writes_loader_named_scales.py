@@ -14,7 +14,7 @@ from kvant_kernels.kv_cache_scheme import KV_CACHE_SCHEME
 from kvant_kernels.kv_scales import SAFETY_MARGIN
 from kvant_runtime.calibrate.calibrator import calibrate
 from kvant_runtime.calibrate.scales_publish import SCALES_FILE
-from kvant_runtime.convert.staging import STAGING_DIR
+from kvant_runtime.checkpoint.staging import STAGING_DIR
 from kvant_runtime.launch.argv import KV_SCALES_JSON
 from tests.unit.calibrate_harness import CALIBRATION, calibrated, read_tensor, weight_map
 

@@ -41,8 +41,10 @@ from kvant_operator.render.roles import roles
 from kvant_operator.render.serving import ServingInputs, deployment
 from kvant_operator.settings import OperatorSettings
 from kvant_operator.sources import Location
+from kvant_runtime import job_progress as progress
 from kvant_runtime.calibrate import calibrator
-from kvant_runtime.convert import converter, progress, recipe, safetensors_io, shard
+from kvant_runtime.checkpoint import safetensors_io
+from kvant_runtime.convert import converter, recipe, shard
 from kvant_runtime.evaluate import evaluator
 from kvant_runtime.gate import admission, loops
 from kvant_runtime.gate import concurrency as gate_concurrency

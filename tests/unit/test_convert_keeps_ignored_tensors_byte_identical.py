@@ -4,7 +4,7 @@ import json
 
 from safetensors import safe_open
 
-from kvant_runtime.convert.safetensors_io import ShardReader
+from kvant_runtime.checkpoint.safetensors_io import ShardReader
 from tests.tiny_checkpoints import tiny_checkpoint
 from tests.unit.convert_harness import convert, quantized_modules
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kvant_cli.main import main
-from kvant_runtime.convert import safetensors_io
+from kvant_runtime.checkpoint import safetensors_io
 from tests.tiny_checkpoints import tiny_checkpoint
 
 

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from kvant_contracts.artifact_manifest import MANIFEST_NAME
-from kvant_runtime.convert.staging import MARKER_SUFFIX, STAGING_DIR
+from kvant_runtime.checkpoint.staging import MARKER_SUFFIX, STAGING_DIR
 from tests.tiny_checkpoints import tiny_checkpoint
 from tests.unit.convert_harness import convert, kvant, kvant_command
 

@@ -3,7 +3,7 @@
 import pytest
 
 from kvant_contracts.artifact_manifest import MANIFEST_NAME
-from kvant_runtime.convert.convert_errors import ConvertError
+from kvant_runtime.checkpoint.errors import CheckpointError
 from kvant_runtime.convert.converter import CORES_PER_SHARD
 from tests.tiny_checkpoints import tiny_checkpoint
 from tests.unit.convert_harness import convert, kvant
@@ -16,7 +16,7 @@ def test_two_workers_and_finalize_equal_one_worker(tmp_path):
     shared = tmp_path / "shared"
     assert convert(source, shared, targets="experts", worker_index=1, workers=2) is None
     assert not (shared / MANIFEST_NAME).exists()
-    with pytest.raises(ConvertError, match=r"2 of 3 shards are not converted yet \(model-00001-of-00003"):
+    with pytest.raises(CheckpointError, match=r"2 of 3 shards are not converted yet \(model-00001-of-00003"):
         convert(source, shared, targets="experts", finalize=True)
     assert convert(source, shared, targets="experts", worker_index=0, workers=2) is None
 
@@ -29,7 +29,7 @@ def test_two_workers_and_finalize_equal_one_worker(tmp_path):
 def test_finalize_with_other_flags_than_the_workers_is_refused(tmp_path):
     source = tiny_checkpoint("llama")
     convert(source, tmp_path / "out", worker_index=0, workers=2)
-    with pytest.raises(ConvertError, match="partial conversion made with"):
+    with pytest.raises(CheckpointError, match="partial conversion made with"):
         convert(source, tmp_path / "out", group_size=64, finalize=True)
 
 

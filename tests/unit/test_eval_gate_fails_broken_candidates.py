@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kvant_runtime.calibrate.input_errors import ModelInputError
+from kvant_runtime.checkpoint.errors import CheckpointError
 from tests.tiny_checkpoints import copy_checkpoint, tiny_checkpoint
 from tests.unit.calibrate_harness import calibrated, evaluated, int4_artifact, overwrite_tensor, read_tensor
 from tests.unit.convert_harness import kvant
@@ -98,7 +98,7 @@ def test_mla_candidate_with_saturating_scales_fails(tmp_path):
 def test_fp8_without_scales_needs_an_explicit_unit_choice(tmp_path):
     reference = tiny_checkpoint("llama")
     uncalibrated = int4_artifact("llama", tmp_path / "int4")
-    with pytest.raises(ModelInputError, match=r"no KV-cache scales.*--unit-scales"):
+    with pytest.raises(CheckpointError, match=r"no KV-cache scales.*--unit-scales"):
         evaluated(reference, uncalibrated, kv_dtype="fp8_e4m3")
     unit = evaluated(reference, uncalibrated, kv_dtype="fp8_e4m3", unit_scales=True)
     assert unit["kvScales"] == "unit"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from kvant_contracts.limits import parse_limits
 from kvant_runtime.gate.admit import grant_pace
+from kvant_runtime.gate.admit.check import Check
 from kvant_runtime.gate.admit.claims import Held, Ticket
-from kvant_runtime.gate.admit.policies import Check
 from kvant_runtime.gate.admit.room import Room
 
 NOW = 100.0

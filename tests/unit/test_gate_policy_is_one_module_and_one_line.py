@@ -10,7 +10,7 @@ import pytest
 from kvant_contracts.limits import parse_limits
 from kvant_runtime.gate.admission import Admission
 from kvant_runtime.gate.admit import policies
-from kvant_runtime.gate.admit.policies import Check
+from kvant_runtime.gate.admit.check import Check
 from tests.unit.gate_harness import run, until
 
 

@@ -3,8 +3,8 @@ library's docstrings (read from source, deterministic), where KV-scale calibrati
 
 from __future__ import annotations
 
-from kvant_runtime.calibrate.data import token_windows
-from kvant_runtime.calibrate.stdlib_corpus import MIN_DOCSTRING_CHARS, stdlib_docstrings
+from kvant_runtime.checkpoint.stdlib_corpus import MIN_DOCSTRING_CHARS, stdlib_docstrings
+from kvant_runtime.checkpoint.token_windows import token_windows
 from tests.tiny_checkpoints import tiny_checkpoint
 
 CALIBRATION_DATA = "kvant_runtime.calibrate"

@@ -5,9 +5,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from kvant_runtime.convert.converter import Job, run
-from kvant_runtime.convert.progress import Progress
 from kvant_runtime.convert.recipe import Recipe
 from kvant_runtime.gptq.gptq_settings import GptqSettings
+from kvant_runtime.job_progress import Progress
 from tests.tiny_checkpoints import tiny_checkpoint
 from tests.unit.convert_harness import quantized_modules, tensors
 

@@ -8,13 +8,13 @@ import json
 import torch
 
 from kvant_contracts.int4_artifact import TargetRule
-from kvant_runtime.calibrate.stream import LayerStream
+from kvant_runtime.checkpoint.layer_stream import LayerStream
 from kvant_runtime.convert.converter import Job, run
-from kvant_runtime.convert.progress import Progress
 from kvant_runtime.convert.recipe import Recipe
 from kvant_runtime.gptq.gptq_settings import GptqSettings
 from kvant_runtime.gptq.hessians import collecting
 from kvant_runtime.gptq.layer_targets import layer_targets
+from kvant_runtime.job_progress import Progress
 from tests.tiny_checkpoints import tiny_checkpoint
 from tests.unit.convert_harness import tensors
 

@@ -4,7 +4,7 @@ the test-only --stop-after-layers stays out of --help."""
 import pytest
 
 from kvant_cli.main import main
-from kvant_runtime.convert.convert_errors import ConvertError
+from kvant_runtime.checkpoint.errors import CheckpointError
 from kvant_runtime.convert.converter import Job
 from kvant_runtime.convert.recipe import Recipe
 from kvant_runtime.gptq.gptq_settings import GptqSettings
@@ -20,7 +20,7 @@ def test_two_workers_are_refused_with_one_clear_line(tmp_path, capsys):
     assert "--method gptq runs in one worker" in lines[0]
     assert not (tmp_path / "out").exists()
 
-    with pytest.raises(ConvertError, match="runs in one worker"):
+    with pytest.raises(CheckpointError, match="runs in one worker"):
         Job(source, tmp_path / "out", Recipe(method="gptq"), worker_index=1, workers=2)
 
 
@@ -32,11 +32,11 @@ def test_gptq_flags_without_gptq_and_bad_settings_are_refused(tmp_path, capsys):
     assert "--samples, --act-order: GPTQ settings apply only to --method gptq" in said
     assert "Traceback" not in said and len(said.strip().splitlines()) == 1
 
-    with pytest.raises(ConvertError, match="--method 'awq' is not supported; valid: rtn, gptq"):
+    with pytest.raises(CheckpointError, match="--method 'awq' is not supported; valid: rtn, gptq"):
         Recipe(method="awq")
-    with pytest.raises(ConvertError, match="--damp 0"):
+    with pytest.raises(CheckpointError, match="--damp 0"):
         GptqSettings(damp=0)
-    with pytest.raises(ConvertError, match="apply only to --method gptq"):
+    with pytest.raises(CheckpointError, match="apply only to --method gptq"):
         Recipe(gptq=GptqSettings())
 
 

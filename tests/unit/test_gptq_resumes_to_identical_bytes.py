@@ -8,12 +8,12 @@ import pytest
 
 from kvant_cli.main import main
 from kvant_contracts.artifact_manifest import MANIFEST_NAME
-from kvant_runtime.convert.convert_errors import ConvertError
+from kvant_runtime.checkpoint.errors import CheckpointError
+from kvant_runtime.checkpoint.staging import STAGING_DIR
 from kvant_runtime.convert.converter import Job, run
-from kvant_runtime.convert.progress import Progress
 from kvant_runtime.convert.recipe import Recipe
-from kvant_runtime.convert.staging import STAGING_DIR
 from kvant_runtime.gptq.gptq_settings import GptqSettings
+from kvant_runtime.job_progress import Progress
 from tests.tiny_checkpoints import tiny_checkpoint
 
 SETTINGS = GptqSettings(samples=4, sequence_length=64)
@@ -55,5 +55,5 @@ def test_a_rerun_with_other_gptq_settings_is_refused(tmp_path):
     recipe = Recipe(group_size=32, method="gptq", gptq=SETTINGS)
     assert run(Job(source, output, recipe, threads=2, stop_after_layers=1), Progress(human=None)) is None
     other = Recipe(group_size=32, method="gptq", gptq=GptqSettings(samples=4, sequence_length=64, damp=0.1))
-    with pytest.raises(ConvertError, match="holds a partial conversion made with"):
+    with pytest.raises(CheckpointError, match="holds a partial conversion made with"):
         run(Job(source, output, other, threads=2), Progress(human=None))

@@ -20,12 +20,12 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from kvant_contracts import prometheus_text
 from kvant_contracts.limits import Limits, render_limits
 from kvant_runtime.sim.cost import CostModel
 from kvant_runtime.sim.engine import Engine, EngineConfig
 from kvant_runtime.sim.pd_handoff import Bootstrap, HandoffBoard, HandoffError, fetch_handoff
 from kvant_runtime.sim.sim_server import ServerInfo, SimServer
-from tests.prom_text import metric_sum
 from tests.unit.gate_harness import closed_port_url, run, serving
 
 KVANT = [sys.executable, "-m", "kvant_cli.main"]
@@ -142,7 +142,7 @@ def test_smg_serves_through_a_prefill_and_a_decode_gate_with_both_roles_metrics_
     after = {role: _metrics(urls[role]) for role in ("prefill", "decode")}
 
     def moved(role: str, name: str) -> float:
-        return metric_sum(after[role], name) - metric_sum(before[role], name)
+        return prometheus_text.total(after[role], name) - prometheus_text.total(before[role], name)
 
     # The prefill computed each prompt and one token; the decode generated every answer.
     assert moved("prefill", "sglang:generation_tokens_total") == 4

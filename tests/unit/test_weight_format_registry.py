@@ -7,8 +7,8 @@ import pytest
 from kvant_contracts.launch_spec import LaunchSpec, SpecError
 from kvant_contracts.weight_formats import FORMATS, UnknownWeightFormat, converted_formats, weight_format
 from kvant_operator.api.spec import WeightFormat
+from kvant_runtime.checkpoint.errors import CheckpointError
 from kvant_runtime.convert import recipe
-from kvant_runtime.convert.convert_errors import ConvertError
 from kvant_runtime.launch.argv import quantization_flag
 
 
@@ -23,7 +23,7 @@ def test_the_converter_makes_exactly_the_converted_formats() -> None:
         if name in converted_formats():
             assert recipe.Recipe(format=name).format == name
         else:
-            with pytest.raises(ConvertError, match=f"--format '{name}' is not supported; valid: int4"):
+            with pytest.raises(CheckpointError, match=f"--format '{name}' is not supported; valid: int4"):
                 recipe.Recipe(format=name)
 
 

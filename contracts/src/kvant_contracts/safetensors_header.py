@@ -25,6 +25,9 @@ DTYPE_BITS = {
     "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
 }  # fmt: skip
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the format's own limit; larger means a corrupt or foreign file
+# A sharded checkpoint's index (tensor name -> shard file), and the one file of an unsharded one.
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
 
 
 class HeaderError(ValueError):
@@ -40,6 +43,20 @@ class HeaderEntry:
     shape: tuple[int, ...]
     offset: int = 0
     nbytes: int = 0
+
+
+def read_weight_map(index: Path) -> dict[str, str]:
+    """The weight map of a checkpoint's index (tensor name -> shard file), read once for the planner,
+    the converter and the layer reader alike; HeaderError naming the file when it is not a JSON object
+    with a non-empty weight_map."""
+    try:
+        data = json.loads(index.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise HeaderError(f"{index}: not readable JSON: {err}") from err
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise HeaderError(f"{index}: no weight_map")
+    return {str(name): str(file) for name, file in weight_map.items()}
 
 
 def tensor_bytes(dtype: str, shape: tuple[int, ...]) -> int:

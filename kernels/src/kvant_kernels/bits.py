@@ -13,6 +13,10 @@ import numpy.typing as npt
 # numba: only quantizing does (calibration and evaluation of an INT4 artifact run without it).
 INT4_MIN = -8
 INT4_MAX = 7
+# compressed-tensors' symmetric divisor, and the codes packed in one int32 word: shared by the numpy
+# packer (int4.py) and the numba kernel (int4_kernel.py), which import nothing of each other.
+SYMMETRIC_DIVISOR = (INT4_MAX - INT4_MIN) / 2
+NIBBLES_PER_WORD = 8
 
 _E4M3_EXPONENT_BIAS = 7
 

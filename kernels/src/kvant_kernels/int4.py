@@ -27,11 +27,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from kvant_kernels.bits import INT4_MAX, INT4_MIN, bf16_bits
+from kvant_kernels.bits import INT4_MAX, INT4_MIN, NIBBLES_PER_WORD, bf16_bits
 
-# compressed-tensors' symmetric divisor: (INT4_MAX - INT4_MIN) / 2.
-SYMMETRIC_DIVISOR = (INT4_MAX - INT4_MIN) / 2
-NIBBLES_PER_WORD = 8
 GROUP_SIZES = (32, 64, 128)
 
 

@@ -9,8 +9,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from kvant_kernels.bits import INT4_MAX, INT4_MIN
-from kvant_kernels.int4 import NIBBLES_PER_WORD, SYMMETRIC_DIVISOR
+from kvant_kernels.bits import INT4_MAX, INT4_MIN, NIBBLES_PER_WORD, SYMMETRIC_DIVISOR
 
 
 @numba.njit(nogil=True, cache=True)

@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast
 
+from kvant_contracts.safetensors_header import INDEX_FILE
 from kvant_kernels.fp8_block import BLOCK
 from kvant_kernels.tensors import quantize_fp8_block
 from kvant_runtime.tinymodel_options import ARCHES, DTYPES, Arch, Dtype
@@ -140,7 +141,7 @@ def _split_into_shards(directory: Path, shards: int, fp8_block: bool) -> None:
         weight_map.update(dict.fromkeys(group, file))
     single.unlink()
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    (directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    (directory / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
 
 
 def _declare_fp8_block(directory: Path) -> None:

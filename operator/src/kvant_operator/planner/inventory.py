@@ -7,7 +7,6 @@ or the safetensors package).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -17,7 +16,6 @@ from pathlib import Path
 from kvant_contracts import safetensors_header
 from kvant_contracts.safetensors_header import tensor_bytes
 
-INDEX_FILE = "model.safetensors.index.json"
 _LAYER = re.compile(r"\.layers\.(\d+)\.")
 
 
@@ -68,7 +66,7 @@ def read_header(path: Path) -> list[Tensor]:
 
 def read_checkpoint(folder: Path) -> Inventory | None:
     """The inventory of a checkpoint folder, or None when it holds no safetensors files."""
-    index = folder / INDEX_FILE
+    index = folder / safetensors_header.INDEX_FILE
     if index.is_file():
         files = sorted(set(_index_files(index)))
     else:
@@ -77,14 +75,15 @@ def read_checkpoint(folder: Path) -> Inventory | None:
         return None
     missing = [name for name in files if not (folder / name).is_file()]
     if missing:
-        raise InventoryError(f"{folder}: {INDEX_FILE} lists {', '.join(missing[:3])}, which are missing")
+        raise InventoryError(
+            f"{folder}: {safetensors_header.INDEX_FILE} lists {', '.join(missing[:3])}, which are missing"
+        )
     tensors = [t for name in files for t in read_header(folder / name)]
     return Inventory(tensors=tuple(tensors), origin="safetensors")
 
 
 def _index_files(index: Path) -> list[str]:
     try:
-        weight_map = json.loads(index.read_text())["weight_map"]
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
-        raise InventoryError(f"{index}: expected a JSON object with a weight_map ({err})") from None
-    return [str(f) for f in weight_map.values()]
+        return list(safetensors_header.read_weight_map(index).values())
+    except safetensors_header.HeaderError as err:
+        raise InventoryError(str(err)) from None

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from kvant_contracts.kv_dtypes import DEFAULT_KV_DTYPE, FP8_KV_DTYPE_NAMES
-from kvant_runtime.calibrate.job_output import emit_result, fail, say
+from kvant_runtime.job_output import emit_result, fail, say
 
 _DESCRIPTION = """\
 Calibrate per-layer FP8 KV-cache scales (for the e4m3 or e5m2 cache SGLang will serve) for a Kvant
@@ -54,13 +54,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _run(args: argparse.Namespace) -> int:
     from kvant_runtime.calibrate.calibrator import Options, calibrate  # noqa: PLC0415 - registrar stays light
-    from kvant_runtime.calibrate.input_errors import ModelInputError  # noqa: PLC0415
-    from kvant_runtime.convert.convert_errors import ConvertError  # noqa: PLC0415
+    from kvant_runtime.checkpoint.errors import CheckpointError  # noqa: PLC0415
 
     options = Options(args.samples, args.sequence_length, args.data, args.device, args.tp, args.kv_dtype)
     try:
         result = calibrate(args.artifact, options, lambda message: say("calibrate", message))
-    except (ModelInputError, ConvertError) as err:
+    except CheckpointError as err:
         return fail("calibrate", _with_state(str(err), args.artifact), err, args.debug, True)
     except KeyboardInterrupt:
         return fail("calibrate", _with_state("interrupted", args.artifact), None, args.debug, True)

@@ -21,13 +21,13 @@ from kvant_kernels.fp8 import KV_FP8_FORMATS
 from kvant_kernels.kv_cache_scheme import KV_CACHE_SCHEME
 from kvant_kernels.kv_scales import SAFETY_MARGIN, LayerAbsmax, kv_cache_scale
 from kvant_runtime.calibrate import scales_publish as artifact
-from kvant_runtime.calibrate.data import TokenWindows, token_windows
-from kvant_runtime.calibrate.input_errors import ModelInputError
-from kvant_runtime.calibrate.job_output import KV_SCALE_PATHS_FIELD
-from kvant_runtime.calibrate.kv_layout import KVLayout, kv_layout
-from kvant_runtime.calibrate.kv_tap import KVTap
-from kvant_runtime.calibrate.layer_reader import read_json
-from kvant_runtime.calibrate.stream import LayerStream
+from kvant_runtime.checkpoint.errors import CheckpointError
+from kvant_runtime.checkpoint.kv_layout import KVLayout, kv_layout
+from kvant_runtime.checkpoint.kv_tap import KVTap
+from kvant_runtime.checkpoint.layer_reader import read_json
+from kvant_runtime.checkpoint.layer_stream import LayerStream, resolve_device
+from kvant_runtime.checkpoint.token_windows import TokenWindows, token_windows
+from kvant_runtime.job_output import KV_SCALE_PATHS_FIELD
 
 CALIBRATION_DATA = "kvant_runtime.calibrate"
 
@@ -62,7 +62,7 @@ def measure_kv_absmax(
     finally:
         stream.close()
     if (seen := tap.absmax.layers()) != list(range(layout.layers)):
-        raise ModelInputError(f"{directory}: the KV cache saw layers {seen}, expected 0..{layout.layers - 1}")
+        raise CheckpointError(f"{directory}: the KV cache saw layers {seen}, expected 0..{layout.layers - 1}")
     return tap.absmax
 
 
@@ -88,9 +88,9 @@ def calibrate(directory: Path, options: Options, say: Callable[[str], None]) -> 
     started = time.monotonic()
     device = resolve_device(options.device)
     if options.tensor_parallel < 1:
-        raise ModelInputError(f"--tp {options.tensor_parallel}: SGLang's tensor-parallel size is at least 1")
+        raise CheckpointError(f"--tp {options.tensor_parallel}: SGLang's tensor-parallel size is at least 1")
     if options.kv_dtype not in KV_FP8_FORMATS:
-        raise ModelInputError(
+        raise CheckpointError(
             f"--kv-dtype {options.kv_dtype!r}: valid values are {', '.join(KV_FP8_FORMATS)}"
         )
     config = read_json(directory / artifact.CONFIG_FILE)
@@ -136,14 +136,6 @@ def calibrate(directory: Path, options: Options, say: Callable[[str], None]) -> 
         "layers": [_layer_result(layout, absmax, scales, layer) for layer in range(layout.layers)],
         "seconds": round(time.monotonic() - started, 2),
     }
-
-
-def resolve_device(name: str) -> torch.device:
-    if name not in ("cpu", "cuda"):
-        raise ModelInputError(f"--device {name!r}: valid values are cpu, cuda")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ModelInputError("--device cuda: no CUDA device is visible to this process")
-    return torch.device(name)
 
 
 def _calibration_record(options: Options, windows: TokenWindows, layout: KVLayout) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Writing KV scales into a published artifact: unpublish, stage, publish under a new digest.
 
-It follows the converter's convention (`convert/staging.py`): consumers treat a folder without
+It follows the converter's convention (`checkpoint/staging.py`): consumers treat a folder without
 `kvant-manifest.json` as absent. Calibration first moves the manifest into the staging prefix, so the
 artifact is unpublished while its scales change and stays so if calibration fails:
 
@@ -33,12 +33,12 @@ from kvant_contracts.artifact_manifest import (
     file_sha256,
     verify_artifact,
 )
+from kvant_contracts.safetensors_header import INDEX_FILE
 from kvant_kernels.kv_cache_scheme import KV_CACHE_SCHEME
-from kvant_runtime.calibrate.input_errors import ModelInputError
-from kvant_runtime.calibrate.layer_reader import INDEX_FILE, read_json
-from kvant_runtime.convert.convert_errors import ConvertError
-from kvant_runtime.convert.safetensors_io import ShardReader
-from kvant_runtime.convert.staging import STAGING_DIR, Staging, write_json_atomic
+from kvant_runtime.checkpoint.errors import CheckpointError
+from kvant_runtime.checkpoint.layer_reader import read_json
+from kvant_runtime.checkpoint.safetensors_io import ShardReader
+from kvant_runtime.checkpoint.staging import STAGING_DIR, Staging, write_json_atomic
 from kvant_runtime.launch.argv import KV_SCALES_JSON
 
 SCALES_FILE = "kvant-kv-scales.safetensors"
@@ -64,11 +64,11 @@ def unpublish(directory: Path) -> Unpublished:
         try:
             verify_artifact(directory, None)
         except ManifestError as err:
-            raise ModelInputError(str(err)) from err
+            raise CheckpointError(str(err)) from err
         staging.dir.mkdir(exist_ok=True)
         os.replace(staging.manifest_path, previous_path)
     elif not previous_path.is_file():
-        raise ModelInputError(
+        raise CheckpointError(
             f"{directory} is not a published Kvant artifact (no {MANIFEST_NAME}, and no interrupted "
             f"calibration in {STAGING_DIR}/); convert the model with `kvant convert` first"
         )
@@ -84,7 +84,7 @@ def left_unpublished(directory: Path) -> bool:
 def check_calibratable(config: dict[str, Any], directory: Path) -> None:
     method = (config.get("quantization_config") or {}).get("quant_method")
     if method != _COMPRESSED_TENSORS:
-        raise ModelInputError(
+        raise CheckpointError(
             f"{directory / CONFIG_FILE}: quantization_config.quant_method is {method!r}; KV scales are "
             f"declared in a {_COMPRESSED_TENSORS} quantization_config, as `kvant convert` writes it"
         )
@@ -141,7 +141,7 @@ def _index_with_scales(directory: Path, scale_names: set[str]) -> dict[str, Any]
     index = read_json(directory / INDEX_FILE)
     weight_map = {name: file for name, file in index["weight_map"].items() if file != SCALES_FILE}
     if clash := sorted(scale_names & set(weight_map)):
-        raise ModelInputError(
+        raise CheckpointError(
             f"{directory / INDEX_FILE}: {clash[0]!r} is already stored in {weight_map[clash[0]]}, "
             f"outside {SCALES_FILE}; remove it from the artifact or reconvert"
         )
@@ -157,10 +157,7 @@ def _index_with_scales(directory: Path, scale_names: set[str]) -> dict[str, Any]
 def _tensor_bytes(directory: Path, weight_map: dict[str, str]) -> int:
     total = 0
     for shard in sorted(set(weight_map.values()) - {SCALES_FILE}):
-        try:
-            reader = ShardReader(directory / shard)
-        except ConvertError as err:
-            raise ModelInputError(str(err)) from err
+        reader = ShardReader(directory / shard)
         reader.close()
         total += sum(info.nbytes for name, info in reader.tensors.items() if weight_map.get(name) == shard)
     return total

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
-from kvant_runtime.convert.convert_errors import ConvertError
+from kvant_runtime.checkpoint.errors import CheckpointError
 
 
 def contained(root: Path, name: str, what: str, allowed_roots: tuple[Path, ...] = ()) -> Path:
@@ -20,7 +20,7 @@ def contained(root: Path, name: str, what: str, allowed_roots: tuple[Path, ...] 
     root) once symlinks are resolved. `what` names the field or file for the error message."""
     relative = PurePosixPath(name)
     if not relative.parts or relative.is_absolute() or ".." in relative.parts:
-        raise ConvertError(
+        raise CheckpointError(
             f"{what} {name!r}: a checkpoint may only name paths inside {root} (no absolute path, no '..')"
         )
     path = root / relative
@@ -28,7 +28,7 @@ def contained(root: Path, name: str, what: str, allowed_roots: tuple[Path, ...] 
     roots = [root.resolve(), *(r.resolve() for r in allowed_roots)]
     if not any(real == r or r in real.parents for r in roots):
         allowed = " or ".join(str(r) for r in roots)
-        raise ConvertError(
+        raise CheckpointError(
             f"{what} {name!r} leads to {real}, outside {allowed}; a link out of the checkpoint is allowed "
             "only into a folder given with --allow-symlinks-into"
         )
@@ -39,6 +39,6 @@ def check_disjoint(source: Path, output: Path) -> None:
     """OUT may not be SRC, nor lie inside it, nor contain it: converting must never touch the source."""
     src, out = source.resolve(), output.resolve()
     if src == out or src in out.parents or out in src.parents:
-        raise ConvertError(
+        raise CheckpointError(
             f"output {output} overlaps source {source}; write the artifact to a folder of its own"
         )

@@ -1,7 +1,8 @@
-"""The one error type for bad input to calibrate and eval; the CLIs print it without a traceback."""
+"""The one error type for input the user must fix: a model folder, its files, the data, the flags or
+the output folder. Every command (`kvant convert`, `calibrate`, `eval`) prints it without a traceback."""
 
 from __future__ import annotations
 
 
-class ModelInputError(Exception):
-    """Something about a model directory, the data or the flags that the user must fix."""
+class CheckpointError(Exception):
+    """Something about a model folder, its files, the data, the flags or the output that the user must fix."""

@@ -21,7 +21,7 @@ from kvant_contracts.kv_scale_delivery import (
     Unloadable,
     delivery,
 )
-from kvant_runtime.calibrate.input_errors import ModelInputError
+from kvant_runtime.checkpoint.errors import CheckpointError
 
 __all__ = ["REMAPPED_ATTENTION", "CacheKind", "KVLayout", "ScalePath", "kv_layout"]
 
@@ -63,10 +63,10 @@ def kv_layout(config: dict[str, Any], kv_dtype: str = DEFAULT_KV_DTYPE) -> KVLay
     try:
         found = delivery(architecture, kv_dtype)
     except Unloadable as refused:
-        raise ModelInputError(f"config.json architectures is {architectures!r}: {refused}") from None
+        raise CheckpointError(f"config.json architectures is {architectures!r}: {refused}") from None
     layers = config.get("num_hidden_layers")
     if not isinstance(layers, int) or layers < 1:
-        raise ModelInputError(f"config.json num_hidden_layers is {layers!r}; expected a positive integer")
+        raise CheckpointError(f"config.json num_hidden_layers is {layers!r}; expected a positive integer")
     return KVLayout(
         architecture, found.kind, layers, found.paths, found.attention, _widths(config, found.kind)
     )

@@ -19,8 +19,8 @@ import torch
 
 from kvant_contracts.kv_dtypes import DEFAULT_KV_DTYPE
 from kvant_kernels.kv_scales import LayerAbsmax, fake_quantize_kv
-from kvant_runtime.calibrate.input_errors import ModelInputError
-from kvant_runtime.calibrate.kv_layout import CacheKind
+from kvant_runtime.checkpoint.errors import CheckpointError
+from kvant_runtime.checkpoint.kv_layout import CacheKind
 
 
 class KVTap:
@@ -41,7 +41,7 @@ class KVTap:
         self, first: torch.Tensor, second: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if self.widths is not None and (first.shape[-1], second.shape[-1]) != self.widths:
-            raise ModelInputError(
+            raise CheckpointError(
                 f"layer {layer_idx}: transformers' attention caches tensors {first.shape[-1]} and "
                 f"{second.shape[-1]} wide, SGLang's {self.kind.upper()} cache {self.widths[0]} and "
                 f"{self.widths[1]}; the two cache different things, so Kvant cannot calibrate this model"

@@ -21,13 +21,11 @@ from typing import Any
 import torch
 
 from kvant_kernels.tensors import PackedInt4, decompress_int4, dequantize_fp8_block, from_raw
-from kvant_runtime.calibrate.input_errors import ModelInputError
-from kvant_runtime.convert.convert_errors import ConvertError
-from kvant_runtime.convert.safetensors_io import ShardReader
+from kvant_runtime.checkpoint.errors import CheckpointError
+from kvant_runtime.checkpoint.safetensors_io import ShardReader
+from kvant_runtime.checkpoint.source import weight_map
 from kvant_runtime.jsonfile import read_json_object
 
-INDEX_FILE = "model.safetensors.index.json"
-SINGLE_FILE = "model.safetensors"
 KV_SCALE_SUFFIXES = (".k_scale", ".v_scale")
 _INT4_PARTS = ("weight_packed", "weight_scale", "weight_shape")
 _FP8_SCALE = "_scale_inv"
@@ -40,10 +38,10 @@ class Checkpoint:
 
     def __init__(self, directory: Path) -> None:
         if not directory.is_dir():
-            raise ModelInputError(f"{directory} is not a directory")
+            raise CheckpointError(f"{directory} is not a directory")
         self.directory = directory
         self.config = read_json(directory / "config.json")
-        self.weight_map = _weight_map(directory)
+        self.weight_map = weight_map(directory)
         self._readers: dict[str, ShardReader] = {}
 
     def close(self) -> None:
@@ -57,20 +55,17 @@ class Checkpoint:
     def read(self, name: str) -> torch.Tensor:
         shard = self.weight_map.get(name)
         if shard is None:
-            raise ModelInputError(f"{self.directory}: the checkpoint has no tensor {name!r}")
+            raise CheckpointError(f"{self.directory}: the checkpoint has no tensor {name!r}")
         if shard not in self._readers:
             path = self.directory / shard
             if not path.is_file():
-                raise ModelInputError(f"{self.directory}: shard {shard} (holding {name!r}) does not exist")
-            try:
-                self._readers[shard] = ShardReader(path)
-            except ConvertError as err:
-                raise ModelInputError(str(err)) from err
+                raise CheckpointError(f"{self.directory}: shard {shard} (holding {name!r}) does not exist")
+            self._readers[shard] = ShardReader(path)
         try:
             reader = self._readers[shard]
             return from_raw(reader.read(name), reader.tensors[name].dtype)
-        except (ConvertError, KeyError) as err:
-            raise ModelInputError(f"{self.directory / shard}: cannot read tensor {name!r}: {err}") from err
+        except (CheckpointError, KeyError) as err:
+            raise CheckpointError(f"{self.directory / shard}: cannot read tensor {name!r}: {err}") from err
 
     def module_tensors(self, prefix: str, expected: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The tensors under `prefix.`, named relative to it, as the state dict `expected` names them."""
@@ -99,7 +94,7 @@ class Checkpoint:
     def _int4_weight(self, module: str) -> torch.Tensor:
         missing = [part for part in _INT4_PARTS if not self.has(f"{module}.{part}")]
         if missing:
-            raise ModelInputError(
+            raise CheckpointError(
                 f"{self.directory}: INT4 module {module!r} lacks {', '.join(missing)}; pack-quantized "
                 f"modules need all of {', '.join(_INT4_PARTS)}"
             )
@@ -112,7 +107,7 @@ def _fp8_block_weight(name: str, weight: torch.Tensor, scale_inv: torch.Tensor) 
     try:
         return dequantize_fp8_block(weight, scale_inv)
     except ValueError as err:
-        raise ModelInputError(f"tensor {name!r}: {err}") from err
+        raise CheckpointError(f"tensor {name!r}: {err}") from err
 
 
 def _stack_experts(
@@ -128,7 +123,7 @@ def _stack_experts(
         if set(projections) != set(_EXPERT_PROJECTIONS) or any(
             sorted(indices) != list(range(count)) for indices in projections.values()
         ):
-            raise ModelInputError(
+            raise CheckpointError(
                 f"MoE experts under {prefix!r} are incomplete: every expert 0..N-1 needs "
                 f"{', '.join(_EXPERT_PROJECTIONS)} weights"
             )
@@ -145,12 +140,12 @@ def _checked(
     prefix: str, tensors: dict[str, torch.Tensor], expected: Mapping[str, torch.Tensor], directory: Path
 ) -> dict[str, torch.Tensor]:
     if missing := sorted(set(expected) - set(tensors)):
-        raise ModelInputError(
+        raise CheckpointError(
             f"{directory}: module {prefix!r} needs tensor {prefix}.{missing[0]} "
             f"({len(missing)} missing), which the checkpoint does not hold"
         )
     if unexpected := sorted(set(tensors) - set(expected)):
-        raise ModelInputError(
+        raise CheckpointError(
             f"{directory}: tensor {prefix}.{unexpected[0]} has no place in transformers' "
             f"module for {prefix!r} ({len(unexpected)} such tensors); does config.json match the weights?"
         )
@@ -158,7 +153,7 @@ def _checked(
     for name, tensor in tensors.items():
         want = expected[name]
         if tuple(tensor.shape) != tuple(want.shape):
-            raise ModelInputError(
+            raise CheckpointError(
                 f"{directory}: tensor {prefix}.{name} has shape {list(tensor.shape)}, "
                 f"transformers' module expects {list(want.shape)}"
             )
@@ -167,20 +162,4 @@ def _checked(
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    return read_json_object(path, ModelInputError, "model directory")
-
-
-def _weight_map(directory: Path) -> dict[str, str]:
-    if (directory / INDEX_FILE).is_file():
-        weight_map = read_json(directory / INDEX_FILE).get("weight_map")
-        if not isinstance(weight_map, dict) or not weight_map:
-            raise ModelInputError(f"{directory / INDEX_FILE}: no weight_map")
-        return {str(name): str(file) for name, file in weight_map.items()}
-    if (directory / SINGLE_FILE).is_file():
-        try:
-            reader = ShardReader(directory / SINGLE_FILE)
-        except ConvertError as err:
-            raise ModelInputError(str(err)) from err
-        reader.close()
-        return dict.fromkeys(reader.tensors, SINGLE_FILE)
-    raise ModelInputError(f"{directory}: no {INDEX_FILE} or {SINGLE_FILE}; is this a safetensors checkpoint?")
+    return read_json_object(path, CheckpointError, "model directory")

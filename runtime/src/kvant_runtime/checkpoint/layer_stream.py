@@ -20,9 +20,10 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 from transformers.masking_utils import create_causal_mask
 
-from kvant_runtime.calibrate.input_errors import ModelInputError
-from kvant_runtime.calibrate.kv_tap import KVTap
-from kvant_runtime.calibrate.layer_reader import Checkpoint
+from kvant_runtime.checkpoint import DEVICES
+from kvant_runtime.checkpoint.errors import CheckpointError
+from kvant_runtime.checkpoint.kv_tap import KVTap
+from kvant_runtime.checkpoint.layer_reader import Checkpoint
 
 
 def compute_dtype(device: torch.device) -> torch.dtype:
@@ -127,9 +128,19 @@ def _skeleton(directory: Path, dtype: torch.dtype) -> Any:
     try:
         config = AutoConfig.from_pretrained(directory)
     except (OSError, ValueError, KeyError) as err:
-        raise ModelInputError(f"{directory}/config.json: transformers cannot read it: {err}") from err
+        raise CheckpointError(f"{directory}/config.json: transformers cannot read it: {err}") from err
     # The weights are dequantized on loading, so the modules are plain ones whatever the checkpoint holds.
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     with torch.device("meta"):
         return AutoModelForCausalLM.from_config(config, dtype=dtype)  # type: ignore[no-untyped-call]
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch device `--device name` asks for, or CheckpointError naming the valid ones or saying
+    that no CUDA device is visible."""
+    if name not in DEVICES:
+        raise CheckpointError(f"--device {name!r}: valid values are {', '.join(DEVICES)}")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise CheckpointError("--device cuda: no CUDA device is visible to this process")
+    return torch.device(name)

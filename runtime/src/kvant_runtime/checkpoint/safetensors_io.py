@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvant_contracts.safetensors_header import HeaderEntry, HeaderError, read_header
-from kvant_runtime.convert.convert_errors import ConvertError
+from kvant_runtime.checkpoint.errors import CheckpointError
 
 # safetensors dtype → the numpy dtype its raw values are held in.
 DTYPES: dict[str, np.dtype[np.generic]] = {
@@ -72,7 +72,7 @@ class ShardReader:
         while done < info.nbytes:
             got = os.preadv(self._fd, [view[done:]], info.offset + done)
             if got == 0:
-                raise ConvertError(
+                raise CheckpointError(
                     f"{self.path}: tensor {name!r} ends past the end of the file (truncated shard)"
                 )
             done += got
@@ -82,7 +82,7 @@ class ShardReader:
         """The tensor's raw values (see the module docstring), writable."""
         info = self.tensors[name]
         if info.dtype not in DTYPES:
-            raise ConvertError(f"{self.path}: tensor {name!r} has unsupported dtype {info.dtype}")
+            raise CheckpointError(f"{self.path}: tensor {name!r} has unsupported dtype {info.dtype}")
         return np.frombuffer(self.read_bytes(name), dtype=DTYPES[info.dtype]).reshape(info.shape)
 
 
@@ -90,7 +90,7 @@ def _read_header(path: Path) -> dict[str, TensorInfo]:
     try:
         return read_header(path)
     except HeaderError as err:
-        raise ConvertError(str(err)) from err
+        raise CheckpointError(str(err)) from err
 
 
 class ShardWriter:

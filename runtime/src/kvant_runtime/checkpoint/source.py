@@ -6,13 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvant_runtime.convert.contained_paths import contained
-from kvant_runtime.convert.convert_errors import ConvertError
-from kvant_runtime.convert.safetensors_io import ShardReader
+from kvant_contracts.safetensors_header import INDEX_FILE, SINGLE_FILE, HeaderError, read_weight_map
+from kvant_runtime.checkpoint.contained_paths import contained
+from kvant_runtime.checkpoint.errors import CheckpointError
+from kvant_runtime.checkpoint.safetensors_io import ShardReader
 from kvant_runtime.jsonfile import read_json_object
 
-INDEX_FILE = "model.safetensors.index.json"
-SINGLE_FILE = "model.safetensors"
 DENSE_DTYPES = ("BF16", "F16", "F32")
 SUPPORTED_SOURCES = (
     "bf16/fp16/fp32 safetensors, or FP8-block "
@@ -39,21 +38,23 @@ class SourceCheckpoint:
 
 def open_source(directory: Path, allowed_roots: tuple[Path, ...] = ()) -> SourceCheckpoint:
     if not directory.is_dir():
-        raise ConvertError(f"source {directory} is not a directory")
+        raise CheckpointError(f"source {directory} is not a directory")
     config = _read_json(contained(directory, "config.json", "config file", allowed_roots))
     fp8_block = _source_format(directory / "config.json", config)
-    weight_map = _weight_map(directory, allowed_roots)
-    shards = tuple(sorted(set(weight_map.values())))
+    tensors = weight_map(directory, allowed_roots)
+    shards = tuple(sorted(set(tensors.values())))
     for shard in shards:
         contained(directory, shard, f"{directory / INDEX_FILE}: shard", allowed_roots)
         if not (directory / shard).is_file():
-            listed = next(name for name, file in weight_map.items() if file == shard)
-            raise ConvertError(f"{directory / INDEX_FILE}: shard {shard} (holding {listed!r}) does not exist")
-    return SourceCheckpoint(directory, config, shards, weight_map, fp8_block, allowed_roots)
+            listed = next(name for name, file in tensors.items() if file == shard)
+            raise CheckpointError(
+                f"{directory / INDEX_FILE}: shard {shard} (holding {listed!r}) does not exist"
+            )
+    return SourceCheckpoint(directory, config, shards, tensors, fp8_block, allowed_roots)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    return read_json_object(path, ConvertError, "checkpoint directory")
+    return read_json_object(path, CheckpointError, "checkpoint directory")
 
 
 def _source_format(config_path: Path, config: dict[str, Any]) -> tuple[int, int] | None:
@@ -70,29 +71,34 @@ def _source_format(config_path: Path, config: dict[str, Any]) -> tuple[int, int]
     ):
         return block[0], block[1]
     if method == "fp8":
-        raise ConvertError(
+        raise CheckpointError(
             f"{config_path}: unsupported source format: quantization_config.weight_block_size is {block!r} "
             f"(per-tensor or per-channel FP8); supported: {SUPPORTED_SOURCES}"
         )
     fmt = f" (format {quant['format']!r})" if "format" in quant else ""
-    raise ConvertError(
+    raise CheckpointError(
         f"{config_path}: unsupported source format: quantization_config.quant_method is {method!r}{fmt}; "
         f"supported: {SUPPORTED_SOURCES}"
     )
 
 
-def _weight_map(directory: Path, allowed_roots: tuple[Path, ...]) -> dict[str, str]:
+def weight_map(directory: Path, allowed_roots: tuple[Path, ...] | None = None) -> dict[str, str]:
+    """A checkpoint folder's tensors by shard file: its index, or its one file. With `allowed_roots`
+    (a source the converter reads) every file it names must stay inside the folder or those roots
+    (contained_paths); without (an artifact or model folder the user points calibrate or eval at), a
+    folder of links into a cache reads as it is."""
     index_path = directory / INDEX_FILE
     if index_path.is_file():
-        contained(directory, INDEX_FILE, "index file", allowed_roots)
-        index = _read_json(index_path)
-        weight_map = index.get("weight_map")
-        if not isinstance(weight_map, dict) or not weight_map:
-            raise ConvertError(f"{index_path}: no weight_map")
-        return {str(name): str(file) for name, file in weight_map.items()}
+        if allowed_roots is not None:
+            contained(directory, INDEX_FILE, "index file", allowed_roots)
+        try:
+            return read_weight_map(index_path)
+        except HeaderError as err:
+            raise CheckpointError(str(err)) from err
     if (directory / SINGLE_FILE).is_file():
-        contained(directory, SINGLE_FILE, "shard", allowed_roots)
+        if allowed_roots is not None:
+            contained(directory, SINGLE_FILE, "shard", allowed_roots)
         reader = ShardReader(directory / SINGLE_FILE)
         reader.close()
         return dict.fromkeys(reader.tensors, SINGLE_FILE)
-    raise ConvertError(f"{directory}: no {INDEX_FILE} or {SINGLE_FILE}; is this a safetensors checkpoint?")
+    raise CheckpointError(f"{directory}: no {INDEX_FILE} or {SINGLE_FILE}; is this a safetensors checkpoint?")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kvant_contracts.artifact_manifest import MANIFEST_NAME
-from kvant_runtime.convert.convert_errors import ConvertError
+from kvant_runtime.checkpoint.errors import CheckpointError
 
 STAGING_DIR = ".kvant-partial"
 RECIPE_FILE = "recipe.json"
@@ -66,14 +66,14 @@ class Staging:
     def check_identity(self, identity: dict[str, Any]) -> None:
         recipe_path = self.dir / RECIPE_FILE
         if not recipe_path.is_file():
-            raise ConvertError(
+            raise CheckpointError(
                 f"{self.output}: nothing has been converted here yet (no {STAGING_DIR}/{RECIPE_FILE})"
             )
         existing = json.loads(recipe_path.read_text())
         if isinstance(existing.get("recipe"), dict):  # staged before recipes named a method: rtn
             existing["recipe"] = {"method": "rtn", **existing["recipe"]}
         if existing != identity:
-            raise ConvertError(
+            raise CheckpointError(
                 f"{self.dir} holds a partial conversion made with {json.dumps(existing, sort_keys=True)}, "
                 f"not {json.dumps(identity, sort_keys=True)}; rerun with the same source and flags, "
                 "or delete that directory to start over"
@@ -107,6 +107,8 @@ class Staging:
             if staged.exists():
                 os.replace(staged, self.output / name)
             elif not (self.output / name).exists():
-                raise ConvertError(f"{name} is neither staged in {self.dir} nor published in {self.output}")
+                raise CheckpointError(
+                    f"{name} is neither staged in {self.dir} nor published in {self.output}"
+                )
         write_json_atomic(self.manifest_path, manifest)
         shutil.rmtree(self.dir, ignore_errors=True)

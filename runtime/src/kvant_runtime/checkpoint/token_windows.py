@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from kvant_runtime.calibrate.input_errors import ModelInputError
-from kvant_runtime.calibrate.stdlib_corpus import stdlib_docstrings
+from kvant_runtime.checkpoint.errors import CheckpointError
+from kvant_runtime.checkpoint.stdlib_corpus import stdlib_docstrings
 
 BYTE_VOCABULARY = 256
 # Characters per token of English prose in a large vocabulary: enough text for the windows asked for.
@@ -53,13 +53,13 @@ def user_text(path: Path) -> str:
         if path.is_dir():
             files = sorted(path.glob("*.txt"))
             if not files:
-                raise ModelInputError(f"--data {path}: the folder holds no *.txt files")
+                raise CheckpointError(f"--data {path}: the folder holds no *.txt files")
             return _DOCUMENT_SEPARATOR.join(file.read_text(encoding="utf-8") for file in files)
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ModelInputError(f"--data {path}: no such file or folder") from None
+        raise CheckpointError(f"--data {path}: no such file or folder") from None
     except (OSError, UnicodeDecodeError) as err:
-        raise ModelInputError(f"--data {path}: cannot read it as UTF-8 text: {err}") from err
+        raise CheckpointError(f"--data {path}: cannot read it as UTF-8 text: {err}") from err
 
 
 def token_windows(
@@ -76,7 +76,7 @@ def token_windows(
     (`stdlib_corpus`) to about `samples` x `sequence_length` tokens, for GPTQ's Hessians; KV-scale
     calibration keeps the shipped prose alone (an absmax settles on little text)."""
     if samples < 1 or sequence_length < 2:
-        raise ModelInputError(
+        raise CheckpointError(
             f"--samples {samples} --sequence-length {sequence_length}: need at least 1 sample of 2 tokens"
         )
     text = user_text(data) if data is not None else builtin_text(builtin_package)
@@ -87,7 +87,7 @@ def token_windows(
         source += "+stdlib-docstrings"
     ids, tokenizer = _tokenize(model_dir, text, vocab_size)
     if len(ids) < 2:
-        raise ModelInputError(f"{source}: the text gives {len(ids)} tokens; at least 2 are needed")
+        raise CheckpointError(f"{source}: the text gives {len(ids)} tokens; at least 2 are needed")
     windows = [ids[start : start + sequence_length] for start in range(0, len(ids), sequence_length)]
     kept = [window for window in windows[:samples] if len(window) >= 2]
     return TokenWindows([torch.tensor(window, dtype=torch.long) for window in kept], source, tokenizer)
@@ -100,11 +100,11 @@ def _tokenize(model_dir: Path, text: str, vocab_size: int) -> tuple[list[int], s
         try:
             tokenizer = AutoTokenizer.from_pretrained(model_dir)
         except (OSError, ValueError) as err:
-            raise ModelInputError(f"{model_dir}: its tokenizer files do not load: {err}") from err
+            raise CheckpointError(f"{model_dir}: its tokenizer files do not load: {err}") from err
         ids: list[int] = tokenizer(text, add_special_tokens=False)["input_ids"]
         return ids, "model"
     if vocab_size < BYTE_VOCABULARY:
-        raise ModelInputError(
+        raise CheckpointError(
             f"{model_dir} has no tokenizer and its vocabulary ({vocab_size}) is smaller than the "
             f"{BYTE_VOCABULARY} byte tokens of the fallback; add the model's tokenizer files"
         )

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from kvant_contracts.artifact_manifest import MANIFEST_NAME, MANIFEST_VERSION, artifact_digest
+from kvant_contracts.safetensors_header import INDEX_FILE, SINGLE_FILE
 from kvant_contracts.weight_formats import weight_format
 from kvant_kernels.kv_cache_scheme import KV_CACHE_SCHEME
-from kvant_runtime.convert.contained_paths import contained
+from kvant_runtime.checkpoint.contained_paths import contained
+from kvant_runtime.checkpoint.source import SourceCheckpoint
 from kvant_runtime.convert.recipe import Recipe
-from kvant_runtime.convert.source import INDEX_FILE, SINGLE_FILE, SourceCheckpoint
 
 KV_SCALE_SUFFIXES = ("k_scale", "v_scale")
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf")

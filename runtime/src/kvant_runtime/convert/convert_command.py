@@ -19,8 +19,8 @@ from kvant_contracts.weights_recipe import (
     MOE_DEFAULT_TARGETS,
     default_targets,
 )
-from kvant_runtime.convert.convert_errors import ConvertError
-from kvant_runtime.convert.progress import Progress
+from kvant_runtime.checkpoint.errors import CheckpointError
+from kvant_runtime.job_progress import Progress
 from kvant_runtime.tinymodel_options import ARCHES, DTYPES
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ def _recipe(args: argparse.Namespace) -> Recipe:
     if args.method != "gptq":
         if given:
             flags = ", ".join("--" + name.replace("_", "-") for name in given)
-            raise ConvertError(f"{flags}: GPTQ settings apply only to --method gptq")
+            raise CheckpointError(f"{flags}: GPTQ settings apply only to --method gptq")
         return Recipe(args.format, args.group_size, _targets(args), tuple(args.ignore), args.method)
     settings = GptqSettings(**given)
     return Recipe(args.format, args.group_size, _targets(args), tuple(args.ignore), args.method, settings)
@@ -140,7 +140,7 @@ def _targets(args: argparse.Namespace) -> str:
     if args.targets is not None:
         return str(args.targets)
     from kvant_contracts.int4_artifact import is_routed_expert  # noqa: PLC0415 - registrar stays light
-    from kvant_runtime.convert.source import open_source  # noqa: PLC0415
+    from kvant_runtime.checkpoint.source import open_source  # noqa: PLC0415
 
     source = open_source(args.source, tuple(args.allow_symlinks_into))
     return default_targets(any(is_routed_expert(name) for name in source.weight_map))
@@ -170,7 +170,7 @@ def _run(args: argparse.Namespace) -> int:
         )
         run(job, progress)
         return 0
-    except ConvertError as err:
+    except CheckpointError as err:
         return _fail(args, progress, str(err), err)
     except KeyboardInterrupt:
         return _fail(args, progress, "interrupted; rerun the same command to resume", None, code=130)
@@ -208,7 +208,7 @@ def _fail(
         raise err
     hint = (
         " (rerun with --debug for a traceback)"
-        if err is not None and not isinstance(err, ConvertError)
+        if err is not None and not isinstance(err, CheckpointError)
         else ""
     )
     print(f"kvant convert: error: {message}{hint}", file=sys.stderr)

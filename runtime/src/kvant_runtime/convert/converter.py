@@ -20,16 +20,17 @@ from typing import Any
 
 from kvant_contracts.artifact_manifest import file_sha256
 from kvant_contracts.job_lines import ArtifactResult
+from kvant_contracts.safetensors_header import INDEX_FILE
+from kvant_runtime.checkpoint.contained_paths import check_disjoint
+from kvant_runtime.checkpoint.errors import CheckpointError
+from kvant_runtime.checkpoint.safetensors_io import ShardReader
+from kvant_runtime.checkpoint.source import SourceCheckpoint, open_source
+from kvant_runtime.checkpoint.staging import Staging
 from kvant_runtime.convert import artifact_files as artifact
-from kvant_runtime.convert.contained_paths import check_disjoint
-from kvant_runtime.convert.convert_errors import ConvertError
-from kvant_runtime.convert.progress import Progress
 from kvant_runtime.convert.recipe import Recipe, same_recipe
-from kvant_runtime.convert.safetensors_io import ShardReader
 from kvant_runtime.convert.shard import Action, convert_shard, plan_shard, unquantized_linear_modules
-from kvant_runtime.convert.source import INDEX_FILE, SourceCheckpoint, open_source
-from kvant_runtime.convert.staging import Staging
 from kvant_runtime.gptq.prerounded import GPTQ_DIR, PreRounded
+from kvant_runtime.job_progress import Progress
 
 # A shard's writer hashes and writes its file on one thread (sha256 runs at ~1 GB/s), which starves a
 # many-core pool when shards go one at a time; so one shard runs per this many threads, sharing them.
@@ -52,17 +53,17 @@ class Job:
 
     def __post_init__(self) -> None:
         if self.recipe.method == "gptq" and self.workers > 1:
-            raise ConvertError(
+            raise CheckpointError(
                 f"--method gptq runs in one worker (each decoder layer's calibration inputs come from the "
                 f"rounded layer before it); drop --workers {self.workers} --worker-index {self.worker_index}"
             )
         if self.workers < 1 or not 0 <= self.worker_index < self.workers:
-            raise ConvertError(
+            raise CheckpointError(
                 f"--worker-index {self.worker_index} --workers {self.workers}: need workers >= 1 "
                 "and 0 <= worker-index < workers"
             )
         if self.finalize and self.workers > 1:
-            raise ConvertError("--finalize runs once after all workers; do not combine it with --workers")
+            raise CheckpointError("--finalize runs once after all workers; do not combine it with --workers")
         check_disjoint(self.source_dir, self.output_dir)
 
 
@@ -114,7 +115,7 @@ def _already_published(
     job: Job, published: dict[str, Any], identity: dict[str, Any], progress: Progress
 ) -> dict[str, Any]:
     if not same_recipe(published["recipe"], job.recipe) or published["source"]["revision"] != job.revision:
-        raise ConvertError(
+        raise CheckpointError(
             f"{job.output_dir} already holds a published artifact made with recipe {published['recipe']} "
             f"from revision {published['source']['revision']!r}; choose another output directory"
         )
@@ -232,7 +233,7 @@ def finalize(job: Job, source: SourceCheckpoint, staging: Staging) -> dict[str, 
     markers = {shard: staging.marker(shard) for shard in source.shards}
     if missing := [shard for shard, marker in markers.items() if marker is None]:
         listed = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
-        raise ConvertError(
+        raise CheckpointError(
             f"cannot finalize {job.output_dir}: {len(missing)} of {len(source.shards)} shards are not "
             f"converted yet ({listed}); run the workers that own them"
         )

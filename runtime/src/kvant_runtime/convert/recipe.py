@@ -24,7 +24,7 @@ from kvant_contracts.weights_recipe import (
     GPTQ,
 )
 from kvant_kernels.int4 import GROUP_SIZES
-from kvant_runtime.convert.convert_errors import ConvertError
+from kvant_runtime.checkpoint.errors import CheckpointError
 from kvant_runtime.gptq.gptq_settings import GptqSettings
 
 FORMATS = converted_formats()
@@ -42,25 +42,25 @@ class Recipe:
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
-            raise ConvertError(f"--method {self.method!r} is not supported; valid: {', '.join(METHODS)}")
+            raise CheckpointError(f"--method {self.method!r} is not supported; valid: {', '.join(METHODS)}")
         if self.method == "rtn" and self.gptq is not None:
-            raise ConvertError("GPTQ settings (--samples, --damp, ...) apply only to --method gptq")
+            raise CheckpointError("GPTQ settings (--samples, --damp, ...) apply only to --method gptq")
         if self.method == "gptq" and self.gptq is None:
             object.__setattr__(self, "gptq", GptqSettings())
         if self.format not in FORMATS:
-            raise ConvertError(f"--format {self.format!r} is not supported; valid: {', '.join(FORMATS)}")
+            raise CheckpointError(f"--format {self.format!r} is not supported; valid: {', '.join(FORMATS)}")
         if self.group_size not in GROUP_SIZES:
-            raise ConvertError(
+            raise CheckpointError(
                 f"--group-size {self.group_size} is not supported; valid: {', '.join(map(str, GROUP_SIZES))}"
             )
         if self.targets not in TARGETS:
-            raise ConvertError(f"--targets {self.targets!r} is not supported; valid: {', '.join(TARGETS)}")
+            raise CheckpointError(f"--targets {self.targets!r} is not supported; valid: {', '.join(TARGETS)}")
         for pattern in self.ignore:
             if pattern.startswith("re:"):
                 try:
                     re.compile(pattern[3:])
                 except re.error as err:
-                    raise ConvertError(
+                    raise CheckpointError(
                         f"--ignore {pattern!r} is not a valid regular expression: {err}"
                     ) from err
 

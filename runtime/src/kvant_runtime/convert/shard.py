@@ -34,10 +34,10 @@ from kvant_contracts.int4_artifact import (
 from kvant_kernels.bits import bf16_bits, bf16_values
 from kvant_kernels.fp8_block import dequantize_fp8_block
 from kvant_kernels.int4 import check_groupable, quantize_pack
-from kvant_runtime.convert.convert_errors import ConvertError
+from kvant_runtime.checkpoint.errors import CheckpointError
+from kvant_runtime.checkpoint.safetensors_io import ShardReader, ShardWriter, TensorInfo, planned
+from kvant_runtime.checkpoint.source import DENSE_DTYPES, SourceCheckpoint
 from kvant_runtime.convert.recipe import Recipe
-from kvant_runtime.convert.safetensors_io import ShardReader, ShardWriter, TensorInfo, planned
-from kvant_runtime.convert.source import DENSE_DTYPES, SourceCheckpoint
 from kvant_runtime.gptq.prerounded import PreRounded
 
 # Raw arrays on their way to the writer, by output tensor name; memoryviews are copied tensors' bytes.
@@ -81,11 +81,11 @@ def plan_shard(source: SourceCheckpoint, shard: str, reader: ShardReader, recipe
 def _check_index(source: SourceCheckpoint, shard: str, reader: ShardReader) -> None:
     indexed = {name for name, file in source.weight_map.items() if file == shard}
     if missing := sorted(indexed - set(reader.tensors)):
-        raise ConvertError(
+        raise CheckpointError(
             f"{reader.path}: tensor {missing[0]!r} is listed in the index but not in this shard"
         )
     if unlisted := sorted(set(reader.tensors) - indexed):
-        raise ConvertError(
+        raise CheckpointError(
             f"{reader.path}: tensor {unlisted[0]!r} is in this shard but missing from the index"
         )
 
@@ -94,25 +94,25 @@ def _plan_tensor(source: SourceCheckpoint, shard: str, info: TensorInfo, recipe:
     where = f"{source.shard_path(shard)}: tensor {info.name!r}"
     fp8 = is_fp8(info.dtype)
     if fp8 and not source.fp8_block:
-        raise ConvertError(
+        raise CheckpointError(
             f"{where} is {info.dtype} but config.json declares no FP8-block quantization_config; "
             f"unsupported dtype (supported: {', '.join(DENSE_DTYPES)}, or FP8-block sources)"
         )
     scale_inv = info.name + FP8_SCALE_SUFFIX if fp8 else None
     if scale_inv is not None and scale_inv not in source.weight_map:
-        raise ConvertError(f"{where} is FP8 but the index has no {scale_inv!r} for it")
+        raise CheckpointError(f"{where} is FP8 but the index has no {scale_inv!r} for it")
     # What is written is the shared layout, the one the planner sizes the artifact by.
     layout = int4_outputs(TensorSpec(info.name, info.dtype, info.shape), recipe.rule, recipe.group_size)
     outputs = tuple(planned(t.name, t.dtype, t.shape) for t in layout)
     if recipe.rule.quantizes(info.name, info.shape):
         if not fp8 and info.dtype not in DENSE_DTYPES:
-            raise ConvertError(
+            raise CheckpointError(
                 f"{where} has unsupported dtype {info.dtype}; supported: {', '.join(DENSE_DTYPES)}"
             )
         try:
             check_groupable(info.shape, recipe.group_size)
         except ValueError as err:
-            raise ConvertError(f"{where}: {err}") from err
+            raise CheckpointError(f"{where}: {err}") from err
         return TensorJob(info, Action.QUANTIZE, outputs, scale_inv)
     if fp8:
         return TensorJob(info, Action.DEQUANTIZE, outputs, scale_inv)
@@ -171,7 +171,7 @@ def _run_job(job: TensorJob, readers: _Readers, group_size: int, prerounded: Pre
             return [(job.source.name, bf16_bits(weight.view(np.float32)))]
         packed, scale = quantize_pack(weight, dtype, group_size, job.outputs[1].dtype)
     except ValueError as err:
-        raise ConvertError(f"{reader.path}: tensor {job.source.name!r}: {err}") from err
+        raise CheckpointError(f"{reader.path}: tensor {job.source.name!r}: {err}") from err
     return _quantized_results(job, packed, scale)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kvant_contracts.kv_dtypes import FP8_KV_DTYPE_NAMES, KvCacheDtype
-from kvant_runtime.calibrate.job_output import EXIT_GATE_FAILED, emit_result, fail, say
+from kvant_runtime.job_output import EXIT_GATE_FAILED, emit_result, fail, say
 
 _DESCRIPTION = """\
 Compare a candidate model folder (INT4, optionally with a simulated FP8 KV cache) against its
@@ -64,8 +64,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run(args: argparse.Namespace) -> int:
-    from kvant_runtime.calibrate.input_errors import ModelInputError  # noqa: PLC0415 - registrar stays light
-    from kvant_runtime.convert.convert_errors import ConvertError  # noqa: PLC0415
+    from kvant_runtime.checkpoint.errors import CheckpointError  # noqa: PLC0415 - registrar stays light
     from kvant_runtime.evaluate.evaluator import Options, evaluate  # noqa: PLC0415
 
     options = Options(
@@ -79,7 +78,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     try:
         result = evaluate(args.reference, args.candidate, options, lambda message: say("eval", message))
-    except (ModelInputError, ConvertError) as err:
+    except CheckpointError as err:
         return fail("eval", str(err), err, args.debug, True)
     except KeyboardInterrupt:
         return fail("eval", "interrupted", None, args.debug, True)

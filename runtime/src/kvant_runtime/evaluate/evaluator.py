@@ -24,13 +24,12 @@ from kvant_contracts.artifact_manifest import MANIFEST_NAME, ManifestError, veri
 from kvant_contracts.job_lines import EvalVerdict
 from kvant_contracts.kv_dtypes import FP8_KV_DTYPE_NAMES, KV_DTYPE_NAMES, KvCacheDtype
 from kvant_kernels.fp8 import KV_FP8_FORMATS
-from kvant_runtime.calibrate.calibrator import resolve_device
-from kvant_runtime.calibrate.data import token_windows
-from kvant_runtime.calibrate.input_errors import ModelInputError
-from kvant_runtime.calibrate.kv_layout import kv_layout
-from kvant_runtime.calibrate.kv_tap import KVTap
-from kvant_runtime.calibrate.layer_reader import Checkpoint, read_json
-from kvant_runtime.calibrate.stream import LayerStream
+from kvant_runtime.checkpoint.errors import CheckpointError
+from kvant_runtime.checkpoint.kv_layout import kv_layout
+from kvant_runtime.checkpoint.kv_tap import KVTap
+from kvant_runtime.checkpoint.layer_reader import Checkpoint, read_json
+from kvant_runtime.checkpoint.layer_stream import LayerStream, resolve_device
+from kvant_runtime.checkpoint.token_windows import token_windows
 from kvant_runtime.evaluate.agreement import Agreement
 
 EVALUATION_DATA = "kvant_runtime.evaluate"
@@ -105,13 +104,13 @@ def gate_failure(metrics: dict[str, Any], max_kl_divergence: float | None) -> st
 
 def _check_options(options: Options) -> None:
     if options.kv_dtype not in KV_DTYPES:
-        raise ModelInputError(f"--kv-dtype {options.kv_dtype!r}: valid values are {', '.join(KV_DTYPES)}")
+        raise CheckpointError(f"--kv-dtype {options.kv_dtype!r}: valid values are {', '.join(KV_DTYPES)}")
     if options.unit_scales and options.kv_dtype not in KV_FP8_FORMATS:
-        raise ModelInputError(
+        raise CheckpointError(
             f"--unit-scales applies to an FP8 KV cache; add --kv-dtype {' or '.join(FP8_KV_DTYPE_NAMES)}"
         )
     if options.max_kl_divergence is not None and options.max_kl_divergence < 0:
-        raise ModelInputError(f"--max-kl-divergence {options.max_kl_divergence}: must be 0 or more")
+        raise CheckpointError(f"--max-kl-divergence {options.max_kl_divergence}: must be 0 or more")
 
 
 def _candidate_digest(candidate: Path) -> str | None:
@@ -121,7 +120,7 @@ def _candidate_digest(candidate: Path) -> str | None:
     try:
         return verify_artifact(candidate, None).digest
     except ManifestError as err:
-        raise ModelInputError(str(err)) from err
+        raise CheckpointError(str(err)) from err
 
 
 def _candidate_kv(candidate: Path, options: Options) -> tuple[KVTap | None, str | None]:
@@ -134,7 +133,7 @@ def _candidate_kv(candidate: Path, options: Options) -> tuple[KVTap | None, str 
     checkpoint = Checkpoint(candidate)
     try:
         if not checkpoint.has(layout.scale_names(0)[0]):
-            raise ModelInputError(
+            raise CheckpointError(
                 f"{candidate} has no KV-cache scales ({layout.scale_names(0)[0]!r} is missing); run "
                 "`kvant calibrate` on it, or pass --unit-scales to evaluate scale 1.0 explicitly"
             )
@@ -150,7 +149,7 @@ def _scales(checkpoint: Checkpoint, names: tuple[str, str]) -> tuple[float, floa
         tensor = checkpoint.read(name).float()
         if tensor.numel() != 1 or not float(tensor.reshape(())) > 0:
             where = f"{checkpoint.directory}: KV scale {name!r}"
-            raise ModelInputError(f"{where} is {tensor.tolist()}; it must be one positive value")
+            raise CheckpointError(f"{where} is {tensor.tolist()}; it must be one positive value")
         values.append(float(tensor.reshape(())))
     return values[0], values[1]
 
@@ -169,7 +168,7 @@ def run_lockstep(
     ref, cand = LayerStream(reference, device), LayerStream(candidate, device)
     try:
         if len(ref.layers) != len(cand.layers) or ref.config.vocab_size != cand.config.vocab_size:
-            raise ModelInputError(
+            raise CheckpointError(
                 f"{candidate} ({len(cand.layers)} layers, vocabulary {cand.config.vocab_size}) is not the "
                 f"same model as {reference} ({len(ref.layers)} layers, vocabulary {ref.config.vocab_size})"
             )

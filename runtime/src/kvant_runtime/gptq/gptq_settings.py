@@ -10,9 +10,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kvant_contracts.weights_recipe import GPTQ_ACT_ORDER, GPTQ_DAMPENING, GPTQ_SAMPLES, GPTQ_SEQUENCE_LENGTH
-from kvant_runtime.convert.convert_errors import ConvertError
-
-DEVICES = ("cpu", "cuda")
+from kvant_runtime.checkpoint import DEVICES
+from kvant_runtime.checkpoint.errors import CheckpointError
 
 
 @dataclass(frozen=True)
@@ -28,15 +27,15 @@ class GptqSettings:
 
     def __post_init__(self) -> None:
         if self.samples < 1:
-            raise ConvertError(f"--samples {self.samples}: need at least 1 calibration sample")
+            raise CheckpointError(f"--samples {self.samples}: need at least 1 calibration sample")
         if self.sequence_length < 2:
-            raise ConvertError(f"--sequence-length {self.sequence_length}: need at least 2 tokens")
+            raise CheckpointError(f"--sequence-length {self.sequence_length}: need at least 2 tokens")
         if not self.damp > 0:
-            raise ConvertError(f"--damp {self.damp}: the dampening must be a positive fraction, e.g. 0.01")
+            raise CheckpointError(f"--damp {self.damp}: the dampening must be a positive fraction, e.g. 0.01")
         if self.min_expert_tokens is not None and self.min_expert_tokens < 1:
-            raise ConvertError(f"--min-expert-tokens {self.min_expert_tokens}: need at least 1")
+            raise CheckpointError(f"--min-expert-tokens {self.min_expert_tokens}: need at least 1")
         if self.device not in DEVICES:
-            raise ConvertError(f"--device {self.device!r}: valid values are {', '.join(DEVICES)}")
+            raise CheckpointError(f"--device {self.device!r}: valid values are {', '.join(DEVICES)}")
 
     def expert_threshold(self, group_size: int) -> int:
         return self.min_expert_tokens if self.min_expert_tokens is not None else 2 * group_size

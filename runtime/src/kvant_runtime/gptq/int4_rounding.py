@@ -20,8 +20,8 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from kvant_kernels.bits import INT4_MAX, INT4_MIN
-from kvant_kernels.int4 import SYMMETRIC_DIVISOR, pack_codes
+from kvant_kernels.bits import INT4_MAX, INT4_MIN, SYMMETRIC_DIVISOR
+from kvant_kernels.int4 import pack_codes
 from kvant_kernels.tensors import TORCH_DTYPES
 
 

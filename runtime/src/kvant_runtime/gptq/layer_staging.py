@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from kvant_runtime.convert.staging import write_json_atomic
+from kvant_runtime.checkpoint.staging import write_json_atomic
 from kvant_runtime.gptq.prerounded import layer_file
 
 STATE_FILE = "state.json"

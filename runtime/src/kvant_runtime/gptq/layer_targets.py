@@ -2,7 +2,7 @@
 
 transformers holds a dense Linear as an `nn.Linear` and MoE routed experts fused into 3-D parameters
 (`experts.gate_up_proj [E, 2I, H]`, gate rows above up rows; `experts.down_proj [E, H, I]`, the layout
-`calibrate.layer_reader` stacks). The checkpoint, the converter and the artifact name each Linear on its
+`checkpoint.layer_reader` stacks). The checkpoint, the converter and the artifact name each Linear on its
 own (`...experts.<e>.gate_proj.weight`), so a target pairs that checkpoint name with a view into the
 module's parameter, to read the weight and to write the rounded one back. `hessian` names the input it
 shares with other targets (an expert's gate and up read the same tokens), which `hessians` collects.
@@ -17,7 +17,7 @@ from typing import cast
 import torch
 
 from kvant_contracts.int4_artifact import TargetRule, is_routed_expert
-from kvant_runtime.convert.convert_errors import ConvertError
+from kvant_runtime.checkpoint.errors import CheckpointError
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def _check_supported_experts(group: ExpertGroup) -> None:
     module = group.module
     layout = (getattr(module, "is_transposed", False), getattr(module, "is_concatenated", True))
     if layout != (False, True) or getattr(module, "has_bias", False) or not hasattr(module, "act_fn"):
-        raise ConvertError(
+        raise CheckpointError(
             f"{group.name}: GPTQ supports fused MoE experts stored as gate_up_proj [E, 2I, H] (gate rows "
             f"above up rows) and down_proj [E, H, I] without bias; {type(module).__name__} differs. "
             "Use --method rtn, or --targets all-linear with --ignore for the experts"

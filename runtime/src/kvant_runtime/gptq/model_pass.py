@@ -1,6 +1,6 @@
 """GPTQ over a whole checkpoint, one decoder layer at a time, resumable layer by layer.
 
-For each decoder layer, with transformers' own modules (`calibrate.stream.LayerStream`, in float32):
+For each decoder layer, with transformers' own modules (`checkpoint.layer_stream.LayerStream`, in float32):
 1. the calibration samples run through the layer with its source weights while hooks sum each target's
    inputs (`hessians`); every target's Hessian thus sees the layer's inputs as produced by the
    already-rounded layers before it;
@@ -26,30 +26,41 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Protocol
 
 import torch
 
-from kvant_contracts.int4_artifact import TensorSpec, module_of, quantized_outputs
-from kvant_runtime.calibrate.data import token_windows
-from kvant_runtime.calibrate.input_errors import ModelInputError
-from kvant_runtime.calibrate.stream import LayerStream
-from kvant_runtime.convert.convert_errors import ConvertError
-from kvant_runtime.convert.progress import Progress
-from kvant_runtime.convert.recipe import Recipe
+from kvant_contracts.int4_artifact import TargetRule, TensorSpec, module_of, quantized_outputs
+from kvant_runtime.checkpoint.errors import CheckpointError
+from kvant_runtime.checkpoint.layer_stream import LayerStream, resolve_device
+from kvant_runtime.checkpoint.token_windows import token_windows
 from kvant_runtime.gptq.gptq_settings import GptqSettings
 from kvant_runtime.gptq.gptq_solver import NotPositiveDefinite, gptq_round
 from kvant_runtime.gptq.hessians import InputSum, collecting
 from kvant_runtime.gptq.int4_rounding import Rounded, Rounding, round_to_nearest
 from kvant_runtime.gptq.layer_staging import LayerStaging
 from kvant_runtime.gptq.layer_targets import Target, layer_targets
+from kvant_runtime.job_progress import Progress
 
 CALIBRATION_DATA = "kvant_runtime.calibrate"
 _COUNTS = ("gptq", "rtnExperts", "rtnUnseen")
 
 
+class RoundingRecipe(Protocol):
+    """What GPTQ reads of the converter's recipe (`kvant_runtime.convert.recipe.Recipe`), stated here so
+    that gptq, which convert calls, imports nothing of convert."""
+
+    @property
+    def rule(self) -> TargetRule: ...
+    @property
+    def group_size(self) -> int: ...
+    @property
+    def gptq(self) -> GptqSettings | None: ...
+
+
 def quantize_layers(
     source_dir: Path,
-    recipe: Recipe,
+    recipe: RoundingRecipe,
     stored: dict[str, str],
     directory: Path,
     *,
@@ -64,9 +75,9 @@ def quantize_layers(
     staging = LayerStaging(directory)
     state = staging.state()
     try:
-        stream = LayerStream(source_dir, _device(settings.device), torch.float32)
-    except ModelInputError as err:
-        raise ConvertError(f"GPTQ: {err}") from err
+        stream = LayerStream(source_dir, resolve_device(settings.device), torch.float32)
+    except CheckpointError as err:
+        raise CheckpointError(f"GPTQ: {err}") from err
     try:
         layers = len(stream.layers)
         first = int(state["layersDone"])
@@ -98,16 +109,10 @@ def quantize_layers(
             f"{state['rtnUnseen']} weights kept RTN (no calibration input)"
         )
         return True
-    except ModelInputError as err:
-        raise ConvertError(f"GPTQ: {err}") from err
+    except CheckpointError as err:
+        raise CheckpointError(f"GPTQ: {err}") from err
     finally:
         stream.close()
-
-
-def _device(name: str) -> torch.device:
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConvertError("--device cuda: no CUDA device is visible to this process")
-    return torch.device(name)
 
 
 def _inputs(stream: LayerStream, source_dir: Path, settings: GptqSettings) -> list[torch.Tensor]:
@@ -127,7 +132,7 @@ def _layer(
     stream: LayerStream,
     index: int,
     hidden: list[torch.Tensor],
-    recipe: Recipe,
+    recipe: RoundingRecipe,
     stored: dict[str, str],
 ) -> tuple[list[torch.Tensor], dict[str, torch.Tensor], dict[str, int]]:
     """The layer's outputs with rounded weights, its rounded tensors by artifact name, and counts."""
@@ -151,7 +156,9 @@ def _layer(
     return hidden, staged, {how: len(names) for how, names in kept.items()}
 
 
-def _round(target: Target, inputs: InputSum, recipe: Recipe, stored: dict[str, str]) -> tuple[Rounded, str]:
+def _round(
+    target: Target, inputs: InputSum, recipe: RoundingRecipe, stored: dict[str, str]
+) -> tuple[Rounded, str]:
     settings = recipe.gptq
     assert settings is not None
     weight = target.read()
@@ -167,7 +174,7 @@ def _round(target: Target, inputs: InputSum, recipe: Recipe, stored: dict[str, s
             weight, inputs.hessian(), rounding, damp=settings.damp, act_order=settings.act_order
         )
     except NotPositiveDefinite as err:
-        raise ConvertError(
+        raise CheckpointError(
             f"GPTQ: {target.name}: {err} with --damp {settings.damp}; rerun with a larger --damp (e.g. 0.1)"
         ) from err
     return rounded, "gptq"
@@ -177,7 +184,9 @@ def _module_names(stream: LayerStream) -> dict[int, str]:
     return {id(module): name for name, module in stream.model.named_modules()}
 
 
-def _layer_line(index: int, layers: int, counts: dict[str, int], recipe: Recipe, seconds: float) -> str:
+def _layer_line(
+    index: int, layers: int, counts: dict[str, int], recipe: RoundingRecipe, seconds: float
+) -> str:
     parts = [f"{counts.get('gptq', 0)} weights by GPTQ"]
     if counts.get("rtnExperts") and recipe.gptq is not None:
         threshold = recipe.gptq.expert_threshold(recipe.group_size)

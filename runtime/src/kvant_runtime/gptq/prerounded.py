@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvant_contracts.int4_artifact import module_of
-from kvant_runtime.convert.safetensors_io import ShardReader
+from kvant_runtime.checkpoint.safetensors_io import ShardReader
 
 GPTQ_DIR = "gptq"  # under the conversion's staging folder (see `layer_staging`)
 LAYER_PATTERN = "layer-*.safetensors"

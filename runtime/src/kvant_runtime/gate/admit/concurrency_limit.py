@@ -3,10 +3,7 @@ less the critical reserve for other classes."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from kvant_runtime.gate.admit.policies import Check
+from kvant_runtime.gate.admit.check import Check
 
 
 def blocks(check: Check) -> bool:

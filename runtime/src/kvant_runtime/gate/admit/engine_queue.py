@@ -19,12 +19,9 @@ that is missing or stale counts as saturated: one request at a time, so traffic 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
+from kvant_runtime.gate.admit.check import Check
 from kvant_runtime.gate.engine_load import EngineLoad
-
-if TYPE_CHECKING:
-    from kvant_runtime.gate.admit.policies import Check
 
 # The engine's waiting queue the gate keeps: at least this many, so the next prefill batch always has
 # a request to take; and a quarter of the running batch, so a large batch refills as fast as it drains

@@ -19,12 +19,8 @@ something does not fit, so a gate without a waiting room skips it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from kvant_runtime.gate.admit.check import Check
 from kvant_runtime.tokens import ESTIMATE_HEADROOM
-
-if TYPE_CHECKING:
-    from kvant_runtime.gate.admit.policies import Check
 
 
 def blocks(check: Check) -> bool:

@@ -19,10 +19,7 @@ not fit, so a gate without a waiting room skips it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from kvant_runtime.gate.admit.policies import Check
+from kvant_runtime.gate.admit.check import Check
 
 # Grants this recent count against the pace: short against a request's life (seconds) so the spread
 # holds within a batch, long against the gate's polling (tens of milliseconds).

@@ -25,14 +25,11 @@ not, nor does the decode step's own token; the check keeps the prompt estimate's
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
+from kvant_runtime.gate.admit.check import Check
 from kvant_runtime.gate.admit.claims import Ticket
 from kvant_runtime.gate.engine_load import EngineLoad
 from kvant_runtime.tokens import ESTIMATE_HEADROOM
-
-if TYPE_CHECKING:
-    from kvant_runtime.gate.admit.policies import Check
 
 # (KV tokens held now, decode steps it may still run, tokens it adds a step: its sequences)
 Growth = tuple[int, int, int]

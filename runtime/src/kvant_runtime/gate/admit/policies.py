@@ -16,7 +16,6 @@ still refuse what does not fit.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from kvant_contracts.limits import Limits
 from kvant_contracts.tenancy import Priority
@@ -29,25 +28,9 @@ from kvant_runtime.gate.admit import (
     kv_peak,
     token_budget,
 )
+from kvant_runtime.gate.admit.check import Check
 from kvant_runtime.gate.admit.claims import Held
 from kvant_runtime.gate.admit.room import Room
-
-
-@dataclass(frozen=True)
-class Check:
-    """A request that could start now, and everything a policy may read to say whether it may."""
-
-    tokens: int  # what it reserves
-    output_tokens: int  # of `tokens`, its output limit (the rest is prompt)
-    sequences: int
-    priority: Priority  # the class in force
-    held: Held
-    room: Room
-    limits: Limits
-    share: float  # the part of the room its class may fill (critical_reserve)
-    now: float  # on the admission's clock
-    drain_rate: float | None = None  # tokens given back a second while requests wait (drain_rate)
-
 
 Policy = Callable[[Check], bool]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kvant_runtime.gate.admit.policies import Check
+    from kvant_runtime.gate.admit.check import Check
 
 MODES = ("worstCase", "forecast")
 
