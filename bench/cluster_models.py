@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kvant_dev.cluster import LocalCluster
-from kvant_runtime.tinymodel import make_tiny_checkpoint
+from kvant_dev.tinymodel import make_tiny_checkpoint
 
 CRD = Path(__file__).resolve().parents[1] / "crds" / "quantizedmodels.kvant.dev.yaml"
 

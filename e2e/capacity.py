@@ -25,6 +25,6 @@ def gpu_memory_for_tokens(checkpoint: Path, tokens: int, kv_dtype: KvCacheDtype 
     return _solve(load_checkpoint(checkpoint), tokens, request)
 
 
-# The tiny checkpoints' tokenizer is byte-level, one token per byte (kvant_runtime.tinymodel), and the
+# The tiny checkpoints' tokenizer is byte-level, one token per byte (kvant_dev.tinymodel), and the
 # gate and the simulator count prompts with it: load shapes fill their prompts at this rate.
 TINY_BYTES_PER_TOKEN = 1

@@ -22,7 +22,7 @@ from kvant_contracts.kube_object import Obj
 from kvant_dev.cluster import LocalCluster
 from kvant_dev.model_stores import ModelStores
 from kvant_dev.operator_process import OperatorProcess
-from kvant_runtime.tinychat import ensure_tiny_chat_model
+from kvant_dev.tinychat import ensure_tiny_chat_model
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -1,6 +1,6 @@
 """Tiny generated checkpoints for tests, made once per test session and shared read-only.
 
-`tiny_checkpoint(arch, dtype)` returns a directory made by `kvant_runtime.tinymodel.make_tiny_checkpoint`
+`tiny_checkpoint(arch, dtype)` returns a directory made by `kvant_dev.tinymodel.make_tiny_checkpoint`
 (Llama GQA or DeepSeek-V3 MLA + MoE; bf16 or FP8-block; two shards). Copy it with `copy_checkpoint`
 before changing anything in it.
 """
@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from kvant_runtime.tinymodel import make_tiny_checkpoint
+from kvant_dev.tinymodel import make_tiny_checkpoint
 
 _ROOT = Path(tempfile.mkdtemp(prefix="kvant-tiny-"))
 atexit.register(shutil.rmtree, _ROOT, True)

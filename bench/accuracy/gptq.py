@@ -4,7 +4,7 @@
         [--samples 128] [--sequence-length 2048] [--calibration-data PATH] [--eval-data PATH]
         [--kvant-gptq DIR] [--llmcompressor-python PYTHON]
 
-1. Model: the tiny trained chat model (`kvant_runtime.tinychat.ensure_tiny_chat_model()`: Llama GQA,
+1. Model: the tiny trained chat model (`kvant_dev.tinychat.ensure_tiny_chat_model()`: Llama GQA,
    its own BPE tokenizer), in BF16, is the reference. Group size: the largest Kvant supports (128, 64,
    32) that divides every Linear's input dimension (hidden, intermediate, heads x head_dim).
 2. Three INT4 artifacts at that group size, every Linear but lm_head quantized:
@@ -62,6 +62,7 @@ from typing import Any
 
 import torch
 
+from kvant_dev.tinychat import ensure_tiny_chat_model
 from kvant_kernels.int4 import GROUP_SIZES
 from kvant_runtime.calibrate.calibrator import CALIBRATION_DATA, measure_kv_absmax, scales_for
 from kvant_runtime.checkpoint.kv_layout import kv_layout
@@ -69,7 +70,6 @@ from kvant_runtime.checkpoint.kv_tap import KVTap
 from kvant_runtime.checkpoint.layer_reader import read_json
 from kvant_runtime.checkpoint.token_windows import TokenWindows, token_windows
 from kvant_runtime.evaluate.evaluator import EVALUATION_DATA, run_lockstep
-from kvant_runtime.tinychat import ensure_tiny_chat_model
 
 REPO = Path(__file__).resolve().parents[2]
 LLMCOMPRESSOR_SCRIPT = Path(__file__).resolve().parent / "llmcompressor_gptq.py"

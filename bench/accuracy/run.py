@@ -29,13 +29,13 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from kvant_dev.tinymodel import make_tiny_checkpoint
 from kvant_runtime.calibrate.calibrator import Options, calibrate
 from kvant_runtime.convert.converter import Job, run
 from kvant_runtime.convert.recipe import Recipe
 from kvant_runtime.evaluate.evaluator import Options as EvalOptions
 from kvant_runtime.evaluate.evaluator import evaluate
 from kvant_runtime.job_progress import Progress
-from kvant_runtime.tinymodel import make_tiny_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 TRAINED: dict[str, Any] = {

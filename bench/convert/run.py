@@ -44,7 +44,7 @@ CHUNK = 64 * 1024 * 1024
 _GENERATE = """
 import json, sys
 from pathlib import Path
-from kvant_runtime.tinymodel import make_tiny_checkpoint
+from kvant_dev.tinymodel import make_tiny_checkpoint
 make_tiny_checkpoint(Path(sys.argv[1]), "llama", "bf16", int(sys.argv[2]), 0, **json.loads(sys.argv[3]))
 """
 

@@ -31,9 +31,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kvant_dev.tinychat import ensure_tiny_chat_model
 from kvant_runtime.prompt_counter import ByteEstimate, ModelTokenizer, PromptCounter
 from kvant_runtime.request_cost import cost_request
-from kvant_runtime.tinychat import ensure_tiny_chat_model
 
 # Run by path, the bench has its own folder on sys.path, not the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))

@@ -27,7 +27,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from kvant_runtime.tinychat import ensure_tiny_chat_model
+from kvant_dev.tinychat import ensure_tiny_chat_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.protection.open_loop import MAX_RUNNING, SLO, WORKLOADS, capacity, cell, median_of

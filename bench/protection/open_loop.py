@@ -54,9 +54,9 @@ import aiohttp
 from kvant_contracts import prometheus_text
 from kvant_dev.loadgen import LoadShape, engine_retractions, generate_load
 from kvant_dev.open_loop import OpenLoopShape, Slo, run_open_loop
+from kvant_dev.tinychat import ensure_tiny_chat_model
 from kvant_runtime.gate.engine_load import fetch_loads
 from kvant_runtime.prompt_counter import ModelTokenizer
-from kvant_runtime.tinychat import ensure_tiny_chat_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.protection.real_engine import PROSE, flush, split_cpus

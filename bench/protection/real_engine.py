@@ -2,7 +2,7 @@
 
 The engine is SGLang itself, from the local cluster's engine image (hack/engine-image.sh), launched by
 Kvant's launcher as a serving pod launches it (`bench/real_engine.py`), serving the tiny trained chat
-model (`kvant_runtime.tinychat`: its own BPE tokenizer and chat template) with `--max-total-tokens`
+model (`kvant_dev.tinychat`: its own BPE tokenizer and chat template) with `--max-total-tokens`
 KV tokens (default 4,096) on loopback. Three parts, one run:
 
 1. **The prompt count's error.** Prose, code and JSON prompts go straight to the engine; its reported
@@ -60,8 +60,8 @@ from kvant_contracts import prometheus_text
 from kvant_contracts import sglang_metrics as metric_names
 from kvant_dev.loadgen import LoadResult, LoadShape, engine_retractions, generate_load
 from kvant_dev.netutil import free_port, http_ok, wait_until
+from kvant_dev.tinychat import ensure_tiny_chat_model
 from kvant_runtime.prompt_counter import ByteEstimate, ModelTokenizer
-from kvant_runtime.tinychat import ensure_tiny_chat_model
 
 # Run by path, the bench has its own folder on sys.path, not the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))

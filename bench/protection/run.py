@@ -28,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from kvant_dev.loadgen import LoadResult, LoadShape, engine_retractions, generate_load
-from kvant_runtime.tinymodel import make_tiny_checkpoint
+from kvant_dev.tinymodel import make_tiny_checkpoint
 
 # Run by path, the bench has its own folder on sys.path, not the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))

@@ -62,10 +62,10 @@ from typing import Any
 from kvant_contracts import prometheus_text
 from kvant_dev.loadgen import engine_retractions
 from kvant_dev.netutil import free_port, http_ok, wait_until
+from kvant_dev.tinychat import ensure_tiny_chat_model
+from kvant_dev.tinymodel import make_tiny_checkpoint
 from kvant_dev.trace_load import CUT, Arrival, Outcome, Trace, arrivals, draw_prompt, replay
 from kvant_runtime.sim.output_lengths import parse_output_lengths
-from kvant_runtime.tinychat import ensure_tiny_chat_model
-from kvant_runtime.tinymodel import make_tiny_checkpoint
 
 # Run by path, the bench has its own folder on sys.path, not the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))

@@ -56,10 +56,10 @@ from typing import Any
 
 from kvant_contracts.tenancy import DEADLINE_HEADER
 from kvant_dev.loadgen import engine_retractions
+from kvant_dev.tinymodel import make_tiny_checkpoint
 from kvant_dev.trace_load import CUT, Arrival, Headers, Outcome, Trace, draw_prompt, prompt_text, replay_trace
 from kvant_runtime.sim.cost import CostModel
 from kvant_runtime.sim.output_lengths import parse_output_lengths
-from kvant_runtime.tinymodel import make_tiny_checkpoint
 
 # Run by path, the bench has its own folder on sys.path, not the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from kvant_cli.modules import register_modules
+from kvant_dev.tinymodel import make_tiny_checkpoint
 from kvant_runtime.checkpoint.token_windows import builtin_text
-from kvant_runtime.tinymodel import make_tiny_checkpoint
 
 COMMAND_MODULES = (
     "kvant_runtime.convert.convert_command",

@@ -16,7 +16,7 @@ read -r -a PY <<<"${PYTHON:-python3}"
 mkdir -p "$OUT"
 
 # Kvant is not installed on the GPU machine: its source folders are the packages.
-export PYTHONPATH="cli/src:contracts/src:kernels/src:runtime/src:.${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="cli/src:contracts/src:kernels/src:runtime/src:devcluster/src:.${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 export NUMBA_CACHE_DIR="$OUT/numba-cache"  # not next to the sources
 

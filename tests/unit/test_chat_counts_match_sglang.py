@@ -27,9 +27,9 @@ from typing import Any
 
 import pytest
 
+from kvant_dev.tinychat import ensure_tiny_chat_model
 from kvant_dev.toolchain import ENGINE_ENVIRONMENT, built_environment
 from kvant_runtime.prompt_counter import ModelTokenizer
-from kvant_runtime.tinychat import ensure_tiny_chat_model
 from tests.tokenizer_kinds import sentencepiece_folder, tiktoken_folder
 
 pytestmark = pytest.mark.cluster

@@ -1,5 +1,5 @@
 """GPTQ is sequential over layers: `--workers > 1` is refused in one line; GPTQ flags need --method gptq;
-the test-only --stop-after-layers stays out of --help."""
+the CLI has no test hook (tests stop a conversion through the Python API)."""
 
 import pytest
 
@@ -40,10 +40,15 @@ def test_gptq_flags_without_gptq_and_bad_settings_are_refused(tmp_path, capsys):
         Recipe(gptq=GptqSettings())
 
 
-def test_help_lists_the_gptq_flags_but_not_the_test_hook(capsys):
+def test_help_lists_the_gptq_flags_and_the_cli_has_no_test_hook(capsys, tmp_path):
     with pytest.raises(SystemExit):
         main(["convert", "--help"])
     said = capsys.readouterr().out
     for flag in ("--method", "--samples", "--sequence-length", "--damp", "--act-order", "--no-act-order"):
         assert flag in said
-    assert "--stop-after-layers" not in said
+    # Tests stop a conversion through the Python API (Job.stop_after_layers); the CLI has no such flag.
+    with pytest.raises(SystemExit) as refused:
+        main(
+            ["convert", str(tmp_path), str(tmp_path / "out"), "--method", "gptq", "--stop-after-layers", "1"]
+        )
+    assert refused.value.code == 2 and "--stop-after-layers" in capsys.readouterr().err

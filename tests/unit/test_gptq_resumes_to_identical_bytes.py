@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from kvant_cli.main import main
 from kvant_contracts.artifact_manifest import MANIFEST_NAME
 from kvant_runtime.checkpoint.errors import CheckpointError
 from kvant_runtime.checkpoint.staging import STAGING_DIR
@@ -17,14 +16,13 @@ from kvant_runtime.job_progress import Progress
 from tests.tiny_checkpoints import tiny_checkpoint
 
 SETTINGS = GptqSettings(samples=4, sequence_length=64)
-FLAGS = ("--method", "gptq", "--group-size", "32", "--samples", "4", "--sequence-length", "64")
 
 
 def state(output) -> dict:
     return json.loads((output / STAGING_DIR / "gptq" / "state.json").read_text())
 
 
-def test_stopped_twice_then_finished_equals_one_uninterrupted_run(tmp_path, capsys):
+def test_stopped_twice_then_finished_equals_one_uninterrupted_run(tmp_path):
     source = tiny_checkpoint("llama", num_hidden_layers=3)
     recipe = Recipe(group_size=32, method="gptq", gptq=SETTINGS)
     clean = run(Job(source, tmp_path / "clean", recipe, threads=2), Progress(human=None))
@@ -37,8 +35,9 @@ def test_stopped_twice_then_finished_equals_one_uninterrupted_run(tmp_path, caps
     staged = sorted(p.name for p in (output / STAGING_DIR / "gptq").iterdir())
     assert staged == ["hidden-00000.safetensors", "layer-00000.safetensors", "state.json"]
 
-    assert main(["convert", str(source), str(output), *FLAGS, "--stop-after-layers", "1"]) == 0
-    assert "resuming at layer 2 (1 done)" in capsys.readouterr().err
+    resumed = io.StringIO()
+    assert run(Job(source, output, recipe, threads=2, stop_after_layers=1), Progress(human=resumed)) is None
+    assert "resuming at layer 2 (1 done)" in resumed.getvalue()
     assert state(output)["layersDone"] == 2 and not (output / MANIFEST_NAME).exists()
 
     said = io.StringIO()

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from transformers import AutoTokenizer
 
+from kvant_dev.tinychat import ensure_tiny_chat_model
 from kvant_runtime.prompt_counter import ByteEstimate, ModelTokenizer, load_counter
 from kvant_runtime.request_cost import cost_request
-from kvant_runtime.tinychat import ensure_tiny_chat_model
 from kvant_runtime.tokenizer_files import LONG_TEXT_CHARS, TokenizerError
 from tests.tokenizer_kinds import sentencepiece_folder, tiktoken_folder
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from kvant_runtime.tinychat import BOS_ID, EOS_ID, PAD_ID, ensure_tiny_chat_model
+from kvant_dev.tinychat import BOS_ID, EOS_ID, PAD_ID, ensure_tiny_chat_model
 from kvant_runtime.tokens import estimate_text_tokens
 
 # English prose that is not in the training text.

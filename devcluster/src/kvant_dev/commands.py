@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import TypedDict
 
+from kvant_dev import tiny_command
 from kvant_dev.network import release_test_range_guard
 from kvant_dev.nodeagent.volumes import KUBELET_SYNC_SECONDS
 from kvant_dev.process import is_alive, stop_group
@@ -61,6 +62,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions.add_parser("down", help="stop the local cluster and delete its state").set_defaults(run=_down)
     actions.add_parser("status", help="show the cluster's processes and nodes").set_defaults(run=_status)
     actions.add_parser("env", help="print shell exports for kubectl and helm").set_defaults(run=_env)
+    tiny_command.register(subparsers)  # the development package's other commands: the fixtures
 
 
 def _up(args: argparse.Namespace) -> int:

@@ -106,7 +106,7 @@ class LoadShape:
     # in `errors`); more lets what was sent finish, so `errors` counts only real failures.
     drain_seconds: float = 0.0
     # Bytes of filler per prompt token: 4 where the engine counts bytes / 4 (no tokenizer), 1 for the
-    # tiny test checkpoints, whose byte-level tokenizer counts every byte (kvant_runtime.tinymodel).
+    # tiny test checkpoints, whose byte-level tokenizer counts every byte (kvant_dev.tinymodel).
     bytes_per_token: int = 4
     # The model each request names: a router's (smg's) multi-model mode routes /generate by it (see
     # docs/concepts/router.md). Empty: no field, as a gate or an engine alone expects.

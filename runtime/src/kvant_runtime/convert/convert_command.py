@@ -21,7 +21,6 @@ from kvant_contracts.weights_recipe import (
 )
 from kvant_runtime.checkpoint.errors import CheckpointError
 from kvant_runtime.job_progress import Progress
-from kvant_runtime.tinymodel_options import ARCHES, DTYPES
 
 if TYPE_CHECKING:
     from kvant_runtime.convert.recipe import Recipe
@@ -83,8 +82,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks")
     parser.set_defaults(run=_run)
-    _register_tiny_model(subparsers)
-    _register_tiny_chat_model(subparsers)
 
 
 def _add_gptq_arguments(parser: argparse.ArgumentParser) -> None:
@@ -118,7 +115,6 @@ def _add_gptq_arguments(parser: argparse.ArgumentParser) -> None:
     )
     gptq.add_argument("--device", help="cpu or cuda (default cpu)")
     # For tests: stop after N decoder layers as if killed there; a rerun resumes.
-    gptq.add_argument("--stop-after-layers", type=int, help=argparse.SUPPRESS)
 
 
 def _recipe(args: argparse.Namespace) -> Recipe:
@@ -166,7 +162,6 @@ def _run(args: argparse.Namespace) -> int:
             finalize=args.finalize,
             threads=args.threads,
             allowed_roots=tuple(args.allow_symlinks_into),
-            stop_after_layers=args.stop_after_layers,
         )
         run(job, progress)
         return 0
@@ -221,47 +216,3 @@ def _open_progress(target: str | None) -> TextIO | None:
     if target == "-":
         return sys.stdout
     return open(target, "a", buffering=1)
-
-
-def _register_tiny_model(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "tiny-model",
-        help="write a tiny random-weight checkpoint (Llama GQA or DeepSeek-V3 MLA+MoE) for tests and demos",
-    )
-    parser.add_argument("output", type=Path, metavar="OUTPUT_DIR")
-    parser.add_argument("--arch", choices=ARCHES, default="llama")
-    parser.add_argument("--dtype", choices=DTYPES, default="bf16")
-    parser.add_argument("--shards", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.set_defaults(run=_run_tiny_model)
-
-
-def _run_tiny_model(args: argparse.Namespace) -> int:
-    from kvant_runtime.tinymodel import make_tiny_checkpoint  # noqa: PLC0415
-
-    path = make_tiny_checkpoint(
-        args.output, arch=args.arch, dtype=args.dtype, shards=args.shards, seed=args.seed
-    )
-    print(f"wrote {args.arch} ({args.dtype}) checkpoint to {path}")
-    return 0
-
-
-def _register_tiny_chat_model(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "tiny-chat-model",
-        help="write the tiny trained chat model (its own BPE tokenizer and chat template) that the real "
-        "SGLang engine serves in the local cluster; trained once (minutes), then copied from the cache",
-    )
-    parser.add_argument("output", type=Path, metavar="OUTPUT_DIR")
-    parser.set_defaults(run=_run_tiny_chat_model)
-
-
-def _run_tiny_chat_model(args: argparse.Namespace) -> int:
-    import shutil  # noqa: PLC0415
-
-    from kvant_runtime.tinychat import ensure_tiny_chat_model  # noqa: PLC0415
-
-    built = ensure_tiny_chat_model()
-    shutil.copytree(built, args.output, dirs_exist_ok=True)
-    print(f"wrote the tiny chat model to {args.output}")
-    return 0

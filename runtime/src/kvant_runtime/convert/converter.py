@@ -48,7 +48,8 @@ class Job:
     finalize: bool = False
     threads: int = 0  # 0: one per CPU core
     allowed_roots: tuple[Path, ...] = ()  # where links out of the source may lead (--allow-symlinks-into)
-    # Tests only: GPTQ stops after this many decoder layers, as if killed there (a rerun resumes).
+    # The Python API's injectable stop (no CLI flag): GPTQ stops after this many decoder layers, as
+    # if killed there, so that tests can show a rerun resumes.
     stop_after_layers: int | None = None
 
     def __post_init__(self) -> None:

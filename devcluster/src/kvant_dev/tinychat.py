@@ -1,6 +1,6 @@
 """A tiny chat model worth serving: trained here, in about a minute on two CPU cores, from nothing downloaded.
 
-`kvant_runtime.tinymodel` makes random-weight checkpoints: they load anywhere, but they never stop talking,
+`kvant_dev.tinymodel` makes random-weight checkpoints: they load anywhere, but they never stop talking,
 and their byte-per-token tokenizer makes every token count equal the byte count. This module makes the one
 small model whose *behaviour* matters, for tests and demos that need realistic requests:
 
@@ -46,7 +46,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast
 
-from kvant_runtime.tinymodel import _GQA
+from kvant_dev.tinymodel import _GQA
 
 # Special tokens first, so their ids are fixed: pad 0, bos 1, eos 2, then the role markers.
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"

@@ -20,9 +20,9 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast
 
 from kvant_contracts.safetensors_header import INDEX_FILE
+from kvant_dev.tinymodel_options import ARCHES, DTYPES, Arch, Dtype
 from kvant_kernels.fp8_block import BLOCK
 from kvant_kernels.tensors import quantize_fp8_block
-from kvant_runtime.tinymodel_options import ARCHES, DTYPES, Arch, Dtype
 
 # Dense dtypes other than bf16: the same bf16-initialised weights, cast (so every dtype has equal values).
 _CAST: dict[str, torch.dtype] = {"fp16": torch.float16, "fp32": torch.float32}
