@@ -42,8 +42,8 @@ from tests.kube_wait import wait_for
 from e2e.qm import apply, service_url, serving_pods, wait_ready
 from e2e.test_router_discovers_engines_and_serves import ask, workers
 from kvant_dev import faults
-from kvant_operator.render.meta import MODEL_LABEL
-from kvant_operator.render.roles import KIND_LABEL, RoleKind
+from kvant_operator.object_keys import KIND_LABEL, MODEL_LABEL
+from kvant_operator.render.roles import RoleKind
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 MODEL = "routed"  # ask() names this model to smg

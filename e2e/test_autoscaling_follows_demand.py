@@ -29,7 +29,7 @@ from e2e.test_real_engine_serves_and_is_protected import ONE_ROUTER, READY_SECON
 from e2e.test_router_discovers_engines_and_serves import ask
 from kvant_contracts import prometheus_text
 from kvant_contracts.autoscaling import DEMAND_GAUGE
-from kvant_operator.render.meta import DELETION_COST
+from kvant_operator.object_keys import DELETION_COST
 from kvant_operator.render.roles import engine_selector
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]

@@ -56,8 +56,8 @@ from kvant_dev.cluster import LocalCluster
 from kvant_dev.faults import crash_control_plane, delete_pod, kill_container
 from kvant_dev.loadgen import LoadResult, LoadShape, generate_load
 from kvant_dev.operator_process import OperatorProcess
-from kvant_operator.render.meta import MODEL_LABEL
-from kvant_operator.render.roles import KIND_LABEL, RoleKind
+from kvant_operator.object_keys import KIND_LABEL, MODEL_LABEL
+from kvant_operator.render.roles import RoleKind
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.timeout(600)]
 

@@ -33,7 +33,7 @@ from kvant_dev.cluster import LocalCluster
 from kvant_dev.netutil import free_port, http_ok, wait_until
 from kvant_dev.process import ManagedProcess
 from kvant_operator.api.resource import QuantizedModel
-from kvant_operator.artifact_recipe import digest
+from kvant_operator.hashing import digest
 from kvant_operator.planner.capacity_plan import PlanRequest, make_plan
 from kvant_operator.planner.checkpoint_view import load_checkpoint
 from kvant_operator.render.jobs import plan_inputs

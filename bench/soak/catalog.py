@@ -42,7 +42,7 @@ from kubernetes import client
 from kvant_dev import faults
 from kvant_dev.cluster import KubectlError
 from kvant_dev.faults import FaultError
-from kvant_operator.render.meta import MODEL_LABEL
+from kvant_operator.object_keys import MODEL_LABEL
 from kvant_operator.render.roles import RoleKind
 
 Path_ = Literal["control", "data", "outage"]

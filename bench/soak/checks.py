@@ -29,11 +29,16 @@ from kvant_contracts.artifact_manifest import MANIFEST_NAME, ManifestError, veri
 from kvant_contracts.serving_pod import GATE_PORT
 from kvant_dev.faults import FILL_FILE
 from kvant_dev.loadgen import EngineMetricsMissing, engine_retractions
+from kvant_operator.object_keys import (
+    ARTIFACT_LABEL,
+    ATTEMPT_ANNOTATION,
+    KIND_LABEL,
+    MODEL_LABEL,
+    SOURCE_LABEL,
+)
 from kvant_operator.render.artifact_record import read_record
-from kvant_operator.render.fetch_job import SOURCE_LABEL, read_source_record
-from kvant_operator.render.jobs import ARTIFACT_LABEL, ATTEMPT_ANNOTATION
-from kvant_operator.render.meta import MODEL_LABEL
-from kvant_operator.render.roles import KIND_LABEL, RoleKind
+from kvant_operator.render.fetch_job import read_source_record
+from kvant_operator.render.roles import RoleKind
 
 COMPONENT = "app.kubernetes.io/component"
 RECORDS = ("artifact-record", "source-record")

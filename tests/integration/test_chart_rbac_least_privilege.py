@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kvant_operator.namespace_nudge import PODS_GONE_ANNOTATION
+from kvant_operator.object_keys import DELETION_COST, PODS_GONE_ANNOTATION
 from kvant_operator.render.gate_access import gate_identity
-from kvant_operator.render.meta import DELETION_COST
 from tests.helm_chart import CHART, render
 from tests.kube_wait import wait_for
 

@@ -17,7 +17,7 @@ from kvant_operator.kube_cache import (
     pod_entry,
     serving_entry,
 )
-from kvant_operator.render.meta import APPLIED_HASH, COMPONENT_LABEL, MODEL_LABEL, SERVING_COMPONENT
+from kvant_operator.object_keys import APPLIED_HASH, COMPONENT_LABEL, MODEL_LABEL, SERVING_COMPONENT
 from tests.unit.memory_kube import MemoryKube
 
 DEPLOYMENTS = next(k for k in SERVING_KINDS if k.kind == "Deployment")

@@ -10,7 +10,8 @@ import pytest
 
 from kvant_contracts.kv_scale_paths import SGLANG_VERSION
 from kvant_operator.api.status import ArtifactStatus, Phase
-from kvant_operator.artifact_recipe import artifact_key, digest
+from kvant_operator.artifact_recipe import artifact_key
+from kvant_operator.hashing import digest
 from kvant_operator.reconcile.artifact_step import ensure_artifact
 from kvant_operator.reconcile.plan_step import ensure_plan
 from kvant_operator.reconcile.state import Blocked, Pass

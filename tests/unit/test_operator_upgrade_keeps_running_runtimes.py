@@ -10,10 +10,9 @@ import pytest
 
 from kvant_operator.api.status import ArtifactStatus
 from kvant_operator.kube_cache import serving_entry
-from kvant_operator.reconcile.runtime_pin import RUNTIME_POLICY
+from kvant_operator.object_keys import POD_TEMPLATE_DIGEST, RUNTIME_IMAGE, RUNTIME_POLICY
 from kvant_operator.reconcile.serving_step import serve
 from kvant_operator.reconcile.state import Pass
-from kvant_operator.render.meta import POD_TEMPLATE_DIGEST, RUNTIME_IMAGE
 from kvant_operator.settings import OperatorSettings
 from tests.unit.memory_kube import MemoryKube
 from tests.unit.reconcile_fixtures import NAMESPACE, body, new_pass

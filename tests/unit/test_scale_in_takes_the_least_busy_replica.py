@@ -7,10 +7,10 @@ import copy
 from typing import Any
 
 from kvant_operator.api.status import ArtifactStatus
+from kvant_operator.object_keys import DELETION_COST
 from kvant_operator.reconcile.scale_in import deletion_costs
 from kvant_operator.reconcile.serving_step import serve
 from kvant_operator.reconcile.state import Pass
-from kvant_operator.render.meta import DELETION_COST
 from tests.unit.memory_kube import MemoryKube
 from tests.unit.reconcile_fixtures import NAMESPACE, SETTINGS, body, new_pass
 

@@ -5,8 +5,6 @@ Two QuantizedModels with the same recipe share one key, hence one Job and one ar
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -15,15 +13,11 @@ from kvant_contracts.weight_formats import weight_format
 from kvant_contracts.weights_recipe import GPTQ, int4_scheme
 from kvant_operator.api.spec import KvScales, QuantizedModelSpec
 from kvant_operator.api.status import SourceStatus
+from kvant_operator.hashing import digest
 from kvant_operator.settings import OperatorSettings
 from kvant_operator.sources import Location, is_fetched, locate_source
 
 ARTIFACT_MOUNT = "/artifacts"
-
-
-def digest(data: Any, length: int = 16) -> str:
-    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:length]
 
 
 def needs_conversion(spec: QuantizedModelSpec) -> bool:

@@ -31,10 +31,10 @@ from kvant_operator.kube_cache import (
     serving_entry,
 )
 from kvant_operator.namespace_nudge import kvant_pods_left, nudge_if_deleting
+from kvant_operator.object_keys import MODEL_LABEL
 from kvant_operator.protection.loop import ProtectionResult, Protector
 from kvant_operator.protection.schedule import ModelProtection
 from kvant_operator.reconcile import Outcome, Reconciler
-from kvant_operator.render.meta import MODEL_LABEL
 from kvant_operator.settings import OperatorSettings
 
 log = logging.getLogger("kvant.operator")

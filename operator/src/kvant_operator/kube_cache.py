@@ -43,8 +43,7 @@ from typing import Any
 
 from kvant_contracts.kube_object import Obj
 from kvant_operator.kube_door import ApplyingDoor, ensure_applied
-from kvant_operator.render import serving
-from kvant_operator.render.meta import (
+from kvant_operator.object_keys import (
     APPLIED_HASH,
     COMPONENT_LABEL,
     DELETION_COST,
@@ -54,6 +53,7 @@ from kvant_operator.render.meta import (
     RUNTIME_IMAGE,
     SERVING_COMPONENT,
 )
+from kvant_operator.render import serving
 
 WRITE_SETTLE_S = 30.0  # after this, a write the watch never showed (a missed event) stops bypassing it
 

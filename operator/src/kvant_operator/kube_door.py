@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from kvant_contracts.kube_object import Obj
-from kvant_operator.render.meta import APPLIED_HASH
+from kvant_operator.object_keys import APPLIED_HASH
 
 
 class KubeDoor(Protocol):

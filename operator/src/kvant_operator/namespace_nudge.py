@@ -23,11 +23,10 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from kvant_operator.kube import Kube
+from kvant_operator.object_keys import PODS_GONE_ANNOTATION
 
 log = logging.getLogger("kvant.operator")
 
-# The one thing the operator writes on a Namespace: when it saw the namespace's last Kvant pod go.
-PODS_GONE_ANNOTATION = "kvant.dev/pods-gone-at"
 _refused: set[str] = set()
 
 

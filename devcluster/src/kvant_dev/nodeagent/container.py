@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from kvant_contracts.backoff import delay as restart_delay
 from kvant_contracts.kube_object import Obj
 from kvant_dev.nodeagent.fieldrefs import expand
 from kvant_dev.nodeagent.images import LocalImage
@@ -43,6 +44,7 @@ class Container:
     last_state: Obj = field(default_factory=dict)
     next_start: float = 0.0
     backoff: float = _BACKOFF_START
+    quick_restarts: int = 0  # restarts in a row of a container that ran under _BACKOFF_RESET
     startup: ProbeState | None = None
     readiness: ProbeState | None = None
     liveness: ProbeState | None = None
@@ -133,7 +135,9 @@ class Container:
 
     def schedule_restart(self) -> None:
         ran_for = time.time() - self.started_at
-        self.backoff = _BACKOFF_START if ran_for > _BACKOFF_RESET else min(self.backoff * 2, _BACKOFF_MAX)
+        # A container that ran long starts its streak again; each quick crash doubles the wait.
+        self.quick_restarts = 0 if ran_for > _BACKOFF_RESET else self.quick_restarts + 1
+        self.backoff = restart_delay(self.quick_restarts + 1, _BACKOFF_START, _BACKOFF_MAX)
         self.next_start = time.monotonic() + self.backoff
         self.last_state = {"terminated": self.finished} if self.finished else {}
         self.restart_count += 1

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from kvant_contracts.backoff import delay as retry_delay
 from kvant_contracts.job_lines import ArtifactResult, ConvertProgress
 from kvant_contracts.kube_object import Obj
 from kvant_contracts.kv_scale_delivery import delivery, describe
 from kvant_contracts.weight_formats import converted_formats, weight_format
+from kvant_operator import object_keys
 from kvant_operator.api.lifecycle import ConditionType
 from kvant_operator.api.spec import KvScales, QuantizedModelSpec
 from kvant_operator.api.status import ArtifactStatus, Phase
@@ -152,7 +154,7 @@ class Attempts:
 
     def _current_stage(self) -> Obj | None:
         """The newest Job of the newest attempt: the artifact Job, else its shards Job."""
-        selector = f"{jobs.ARTIFACT_LABEL}={self.key},app.kubernetes.io/component=artifact"
+        selector = f"{object_keys.ARTIFACT_LABEL}={self.key},app.kubernetes.io/component=artifact"
         found = self.kube.list("batch/v1", "Job", self.p.namespace, selector)
         live = [j for j in found if not j["metadata"].get("deletionTimestamp")]
         return max(
@@ -262,11 +264,12 @@ class Attempts:
 
 
 def job_attempt(job: Obj) -> int:
-    return int((job["metadata"].get("annotations") or {}).get(jobs.ATTEMPT_ANNOTATION, "1"))
+    return int((job["metadata"].get("annotations") or {}).get(object_keys.ATTEMPT_ANNOTATION, "1"))
 
 
 def backoff(attempt: int) -> timedelta:
-    return timedelta(seconds=min(600, 10 * 2 ** (attempt - 1)))
+    """How long a failed Job's retry waits: 10 s, doubling, at most 10 minutes."""
+    return timedelta(seconds=retry_delay(attempt, 10.0, 600.0))
 
 
 def running_step(pod: Obj) -> str | None:

@@ -15,6 +15,7 @@ from kvant_operator.api.lifecycle import ConditionType
 from kvant_operator.api.status import Phase, SourceStatus
 from kvant_operator.jobstate import JobPhase, failure_detail, job_pods, job_state, last_pod_log
 from kvant_operator.kube_door import KubeDoor
+from kvant_operator.object_keys import SOURCE_LABEL
 from kvant_operator.reconcile.artifact_step import backoff, job_attempt
 from kvant_operator.reconcile.state import Blocked, Pass
 from kvant_operator.render import fetch_job as render
@@ -47,7 +48,7 @@ def ensure_source(p: Pass, kube: KubeDoor, settings: OperatorSettings) -> None:
 
 def _drive(p: Pass, kube: KubeDoor, settings: OperatorSettings, key: str) -> Obj:
     """The published record, or Blocked while an attempt runs, fails or waits for its backoff."""
-    selector = f"{render.SOURCE_LABEL}={key},app.kubernetes.io/component=fetch"
+    selector = f"{SOURCE_LABEL}={key},app.kubernetes.io/component=fetch"
     live = [
         j
         for j in kube.list("batch/v1", "Job", p.namespace, selector)

@@ -9,7 +9,8 @@ from kvant_contracts.kube_object import Obj
 from kvant_contracts.kv_scale_delivery import Unloadable, delivery
 from kvant_operator.api.lifecycle import ConditionType
 from kvant_operator.api.status import Phase, PlanStatus
-from kvant_operator.artifact_recipe import digest, needs_calibration
+from kvant_operator.artifact_recipe import needs_calibration
+from kvant_operator.hashing import digest
 from kvant_operator.jobstate import JobPhase, ensure_job, failure_detail, job_state, last_pod_log
 from kvant_operator.kube_door import KubeDoor
 from kvant_operator.planner.calibration_sizing import with_calibration

@@ -22,12 +22,11 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from kvant_contracts.kube_object import Obj
-from kvant_operator.artifact_recipe import digest
+from kvant_operator.hashing import digest
 from kvant_operator.kube_door import KubeDoor
-from kvant_operator.render.meta import POD_TEMPLATE_DIGEST, RUNTIME_IMAGE
+from kvant_operator.object_keys import POD_TEMPLATE_DIGEST, RUNTIME_IMAGE, RUNTIME_POLICY
 from kvant_operator.settings import OperatorSettings
 
-RUNTIME_POLICY = "kvant.dev/runtime"  # on a QuantizedModel: "follow" takes every new runtime at once
 FOLLOW = "follow"
 
 Render = Callable[[OperatorSettings], list[Obj]]

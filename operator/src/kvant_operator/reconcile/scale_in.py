@@ -26,8 +26,8 @@ from kubernetes.client.exceptions import ApiException
 
 from kvant_contracts.kube_object import Obj
 from kvant_operator.kube_door import KubeDoor
+from kvant_operator.object_keys import DELETION_COST
 from kvant_operator.reconcile.state import Pass
-from kvant_operator.render.meta import DELETION_COST
 from kvant_operator.render.roles import engine_roles, workload_name
 
 log = logging.getLogger("kvant.operator")

@@ -14,12 +14,13 @@ from kvant_operator.api.lifecycle import ConditionType
 from kvant_operator.api.status import Phase
 from kvant_operator.artifact_recipe import artifact_key, artifact_location, needs_artifact, source_location
 from kvant_operator.kube_door import KubeDoor
+from kvant_operator.object_keys import COMPONENT_LABEL, MODEL_LABEL, SERVING_COMPONENT
 from kvant_operator.reconcile.autoscaling_status import read_autoscaling
 from kvant_operator.reconcile.engine_check import read_engine_check
 from kvant_operator.reconcile.runtime_pin import keep_running_runtimes
 from kvant_operator.reconcile.scale_in import mark_before_scale_in
 from kvant_operator.reconcile.state import Pass
-from kvant_operator.render.meta import COMPONENT_LABEL, MODEL_LABEL, SERVING_COMPONENT, with_applied_hash
+from kvant_operator.render.meta import with_applied_hash
 from kvant_operator.render.roles import roles, workload_name
 from kvant_operator.render.router import router_role
 from kvant_operator.render.serving import SERVING_KINDS, ServingInputs, serving_objects

@@ -10,7 +10,7 @@ import json
 
 from kvant_contracts.kube_object import Obj
 from kvant_operator.api.status import ArtifactStatus
-from kvant_operator.render.jobs import ARTIFACT_LABEL
+from kvant_operator.object_keys import ARTIFACT_LABEL
 from kvant_operator.render.meta import record_configmap
 
 RECORD_PREFIX = "kvant-artifact-"

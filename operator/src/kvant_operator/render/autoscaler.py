@@ -13,7 +13,8 @@ from kvant_contracts.autoscaling import DEMAND_METRIC
 from kvant_contracts.kube_object import Obj
 from kvant_operator.api.resource import API_VERSION
 from kvant_operator.api.spec import AutoscalingSpec
-from kvant_operator.render.meta import SERVING_COMPONENT, object_meta
+from kvant_operator.object_keys import SERVING_COMPONENT
+from kvant_operator.render.meta import object_meta
 
 HPA = ("autoscaling/v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers")
 

@@ -15,12 +15,13 @@ from typing import Any
 from kvant_contracts.kube_object import Obj
 from kvant_operator.api.spec import QuantizedModelSpec
 from kvant_operator.api.status import SourceStatus
-from kvant_operator.artifact_recipe import ARTIFACT_MOUNT, digest
-from kvant_operator.render.jobs import ATTEMPT_ANNOTATION, job_object
+from kvant_operator.artifact_recipe import ARTIFACT_MOUNT
+from kvant_operator.hashing import digest
+from kvant_operator.object_keys import ATTEMPT_ANNOTATION, SOURCE_LABEL
+from kvant_operator.render.jobs import job_object
 from kvant_operator.render.meta import object_meta, owner_reference, record_configmap
 from kvant_operator.settings import OperatorSettings
 
-SOURCE_LABEL = "kvant.dev/source"
 SOURCES_FOLDER = "sources"  # on the artifacts volume
 RECORD_PREFIX = "kvant-source-"
 RECORD_KEY = "source.json"

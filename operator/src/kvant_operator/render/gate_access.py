@@ -13,9 +13,10 @@ from __future__ import annotations
 import copy
 
 from kvant_contracts.kube_object import Obj
+from kvant_operator.object_keys import SERVING_COMPONENT
 from kvant_operator.render.api_identity import api_access_mount, api_access_volume, api_identity
 from kvant_operator.render.limits_configmap import limits_name
-from kvant_operator.render.meta import SERVING_COMPONENT, object_meta
+from kvant_operator.render.meta import object_meta
 
 VOLUME = "gate-api-access"
 VERBS = ["get", "list", "watch"]

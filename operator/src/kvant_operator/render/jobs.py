@@ -14,12 +14,13 @@ from kvant_operator.api.spec import QuantizedModelSpec
 from kvant_operator.api.status import PlanStatus, SourceStatus
 from kvant_operator.artifact_recipe import (
     artifact_location,
-    digest,
     needs_calibration,
     needs_conversion,
     needs_gptq,
     source_location,
 )
+from kvant_operator.hashing import digest
+from kvant_operator.object_keys import ARTIFACT_LABEL, ATTEMPT_ANNOTATION, WORKERS_ANNOTATION
 from kvant_operator.planner.capacity_plan import DEFAULT_CONTEXTS
 from kvant_operator.render.artifact_containers import (
     calibrate_container,
@@ -30,10 +31,6 @@ from kvant_operator.render.meta import object_meta, owner_reference
 from kvant_operator.render.pod_security import restricted
 from kvant_operator.settings import OperatorSettings
 
-ARTIFACT_LABEL = "kvant.dev/artifact"
-ATTEMPT_ANNOTATION = "kvant.dev/attempt"
-# Overrides the number of conversion workers for one model (the default follows the source size).
-WORKERS_ANNOTATION = "kvant.dev/conversion-workers"
 _JOB_NAME_MAX = 63
 
 

@@ -6,21 +6,8 @@ import copy
 
 from kvant_contracts.kube_object import Obj
 from kvant_operator.api.resource import API_VERSION, KIND
-from kvant_operator.artifact_recipe import digest
-
-MANAGED_BY = "kvant"
-MODEL_LABEL = "kvant.dev/model"
-COMPONENT_LABEL = "app.kubernetes.io/component"
-SERVING_COMPONENT = "serving"  # every serving object but the limits ConfigMap (component "limits")
-ROLE_LABEL = "kvant.dev/role"
-APPLIED_HASH = "kvant.dev/applied-hash"
-# On a serving Deployment, never in its pods: the runtime image its pods run and the digest of the pod
-# template it was rendered as (reconcile/runtime_pin.py).
-RUNTIME_IMAGE = "kvant.dev/runtime-image"
-POD_TEMPLATE_DIGEST = "kvant.dev/pod-template-digest"
-# Kubernetes' own: which pods of a ReplicaSet a scale-in deletes first (the lower cost); the one thing
-# the operator writes on a pod (reconcile/scale_in.py).
-DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+from kvant_operator.hashing import digest
+from kvant_operator.object_keys import APPLIED_HASH, COMPONENT_LABEL, MANAGED_BY, MODEL_LABEL
 
 
 def model_labels(model: str, component: str) -> dict[str, str]:

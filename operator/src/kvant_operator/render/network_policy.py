@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from kvant_contracts.kube_object import Obj
 from kvant_contracts.serving_pod import GATE_PORT, METRICS_PORT
-from kvant_operator.render.meta import MODEL_LABEL, SERVING_COMPONENT, object_meta
-from kvant_operator.render.roles import KIND_LABEL, Role, RoleKind, workload_name
+from kvant_operator.object_keys import KIND_LABEL, MODEL_LABEL, SERVING_COMPONENT
+from kvant_operator.render.meta import object_meta
+from kvant_operator.render.roles import Role, RoleKind, workload_name
 from kvant_operator.render.router import MESH_PORT
 from kvant_operator.settings import OperatorSettings
 

@@ -13,10 +13,10 @@ from kvant_operator.artifact_recipe import (
     artifact_key,
     artifact_location,
     artifact_uri,
-    digest,
     needs_artifact,
     source_location,
 )
+from kvant_operator.hashing import digest
 from kvant_operator.planner.architecture import ConfigError
 from kvant_operator.planner.calibration_sizing import with_calibration
 from kvant_operator.planner.capacity_plan import PlanRequest, make_plan

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from kvant_contracts.kube_object import Obj
 from kvant_operator.api.placement import PlacementSpec, Spread
-from kvant_operator.render.meta import MODEL_LABEL
-from kvant_operator.render.roles import KIND_LABEL, Role, RoleKind
+from kvant_operator.object_keys import KIND_LABEL, MODEL_LABEL
+from kvant_operator.render.roles import Role, RoleKind
 
 NODE_TOPOLOGY = "kubernetes.io/hostname"
 ZONE_TOPOLOGY = "topology.kubernetes.io/zone"

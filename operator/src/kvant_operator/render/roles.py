@@ -14,9 +14,8 @@ from enum import StrEnum
 from kvant_contracts.kube_object import Obj
 from kvant_contracts.kv_dtypes import KvCacheDtype
 from kvant_operator.api.spec import DisaggregationMode, QuantizedModelSpec, RoleSpec
-from kvant_operator.render.meta import MODEL_LABEL, ROLE_LABEL, SERVING_COMPONENT, object_meta
-
-KIND_LABEL = "kvant.dev/component"
+from kvant_operator.object_keys import KIND_LABEL, MODEL_LABEL, ROLE_LABEL, SERVING_COMPONENT
+from kvant_operator.render.meta import object_meta
 
 
 class RoleKind(StrEnum):

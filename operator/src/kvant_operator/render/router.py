@@ -25,18 +25,12 @@ from kvant_contracts.kube_object import Obj
 from kvant_contracts.serving_pod import ENGINE_PROBE_TIMEOUT_SECONDS, GATE_PORT, METRICS_PORT
 from kvant_operator.api.placement import PlacementSpec
 from kvant_operator.api.spec import DisaggregationMode, QuantizedModelSpec
+from kvant_operator.object_keys import KIND_LABEL, MODEL_LABEL, ROLE_LABEL, SERVING_COMPONENT
 from kvant_operator.render.api_identity import api_access_mount, api_access_volume, api_identity
-from kvant_operator.render.meta import MODEL_LABEL, ROLE_LABEL, SERVING_COMPONENT, object_meta
+from kvant_operator.render.meta import object_meta
 from kvant_operator.render.pod_placement import placement
 from kvant_operator.render.pod_security import restricted
-from kvant_operator.render.roles import (
-    KIND_LABEL,
-    Role,
-    RoleKind,
-    disruption_budget,
-    role_deployment,
-    workload_name,
-)
+from kvant_operator.render.roles import Role, RoleKind, disruption_budget, role_deployment, workload_name
 from kvant_operator.settings import OperatorSettings
 
 ROUTER = "router"

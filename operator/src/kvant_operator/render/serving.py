@@ -31,7 +31,8 @@ from kvant_contracts.serving_pod import (
 )
 from kvant_operator.api.spec import Engine, QuantizedModelSpec
 from kvant_operator.api.status import PlanStatus
-from kvant_operator.artifact_recipe import digest
+from kvant_operator.hashing import digest
+from kvant_operator.object_keys import CONFIG_HASH, SERVING_COMPONENT
 from kvant_operator.render.access_secrets import with_access
 from kvant_operator.render.autoscaler import HPA, autoscaler
 from kvant_operator.render.engine_launcher import IMAGE_PYTHON, engine_command, init_containers
@@ -39,7 +40,7 @@ from kvant_operator.render.engine_launcher import VOLUME as LAUNCHER_VOLUME
 from kvant_operator.render.engine_priority import priority_flags
 from kvant_operator.render.gate_access import gate_identity, with_gate_api_access
 from kvant_operator.render.limits_configmap import LIMITS_FILE, limits_configmap, limits_name
-from kvant_operator.render.meta import SERVING_COMPONENT, object_meta
+from kvant_operator.render.meta import object_meta
 from kvant_operator.render.network_policy import network_policies
 from kvant_operator.render.pod_placement import placement
 from kvant_operator.render.pod_security import restricted
@@ -52,7 +53,6 @@ from kvant_operator.sources import Location
 # pod's read-only window onto the engine (merged /metrics, /engine/health), see kvant_runtime.gate.
 METRICS_PORT_NAME = "metrics"  # the chart's PodMonitor scrapes this port by name
 LIMITS_DIR = "/etc/kvant/limits"
-CONFIG_HASH = "kvant.dev/engine-config-hash"
 # Where smg's service discovery reads a prefill pod's bootstrap port (its --bootstrap-port-annotation
 # default); the router injects the pod IP and this port into each request it sends to the pair.
 BOOTSTRAP_PORT_ANNOTATION = "sglang.ai/bootstrap-port"

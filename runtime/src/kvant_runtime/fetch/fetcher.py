@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from kvant_contracts import backoff
 from kvant_contracts.artifact_manifest import (
     MANIFEST_NAME,
     MANIFEST_VERSION,
@@ -89,7 +90,7 @@ def _fetch_file(
                 raise
             kind, problem = error.kind, str(error)
         if attempt < options.attempts:
-            time.sleep(options.backoff_s * 2 ** (attempt - 1))
+            time.sleep(backoff.delay(attempt, options.backoff_s))
     raise FetchError(kind, f"{file.path}: {problem} (after {options.attempts} attempts)")
 
 

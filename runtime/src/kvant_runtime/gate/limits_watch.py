@@ -1,5 +1,11 @@
 """The gate's watch on its own limits ConfigMap through the API server: a `LimitsSource`.
 
+Written on aiohttp rather than taken from a client library because the gate is one asyncio event
+loop that proxies every request: the official `kubernetes` client is synchronous (a watch would hold
+a thread and its own connection pool), `kubernetes_asyncio` would add a second generated client of
+the whole API to the runtime image for one ConfigMap, and kopf is the operator's. One object, one
+resource name, LIST then WATCH: what follows is all of it.
+
 It LISTs with `fieldSelector=metadata.name=<name>` for the current content and a resourceVersion,
 then WATCHes from that version the same way. RBAC authorizes a list or watch with that selector
 against a Role's `resourceNames`, so the gate's Role names its one ConfigMap and nothing else. A
@@ -23,7 +29,6 @@ import contextlib
 import json
 import logging
 import os
-import random
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -32,6 +37,7 @@ from typing import Any
 
 import aiohttp
 
+from kvant_contracts import backoff
 from kvant_contracts.limits import LIMITS_FILE
 from kvant_contracts.serving_pod import API_CREDENTIALS_DIR
 from kvant_runtime.gate.limits_source import LimitsText, Offer
@@ -106,25 +112,26 @@ class ConfigMapWatch:
         self._problem: str | None = None  # the last problem logged; "" once synced
 
     async def follow(self, offer: Offer) -> None:
-        retry, gone_again = _FIRST_RETRY, False
+        failures, gone_again = 0, False  # failures in a row since the last good LIST
         async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as session:
             while True:
                 try:
                     version = await self._list(session, offer)
-                    retry = _FIRST_RETRY
+                    failures = 0
                     while True:
                         version = await self._watch(session, version, offer)
                         gone_again = False
                 except _Gone:
                     log.info("event=limits_api_relist configmap=%s reason=410_gone", self.where)
                     if gone_again:  # Gone again at once: a server that keeps saying so gets no busy loop
-                        await asyncio.sleep(retry)
-                        retry = min(_LAST_RETRY, retry * 2)
+                        failures += 1
+                        await asyncio.sleep(backoff.delay(failures, _FIRST_RETRY, _LAST_RETRY))
                     gone_again = True
                 except WatchFailed as err:
-                    self._offer(offer, LimitsText("api", self.where, None, str(err)), retry)
-                    await asyncio.sleep(retry * random.uniform(0.8, 1.2))
-                    retry = min(_LAST_RETRY, retry * 2)
+                    failures += 1
+                    wait = backoff.delay(failures, _FIRST_RETRY, _LAST_RETRY)
+                    self._offer(offer, LimitsText("api", self.where, None, str(err)), wait)
+                    await asyncio.sleep(backoff.jittered(wait))
 
     async def _list(self, session: aiohttp.ClientSession, offer: Offer) -> str:
         timeout = aiohttp.ClientTimeout(total=_LIST_SECONDS, sock_connect=_CONNECT_SECONDS)
