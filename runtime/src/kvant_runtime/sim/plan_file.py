@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvant_contracts.kv_dtypes import KvCacheDtype
+
 
 class PlanError(ValueError):
     """The plan file is missing, unreadable, or lacks a key the simulator needs."""
@@ -32,7 +34,7 @@ def read_plan_capacity(path: Path) -> PlanCapacity:
     return PlanCapacity(
         kv_tokens=kv_tokens,
         kv_bytes_per_token=_positive_int(plan, "kv_bytes_per_token_per_gpu", path, required=False),
-        kv_cache_dtype=str(plan.get("kv_cache_dtype", "auto")),
+        kv_cache_dtype=str(plan.get("kv_cache_dtype", KvCacheDtype.AUTO.value)),
         page_size=_positive_int(plan, "page_size", path, required=False) or 1,
     )
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from kvant_contracts import engine_scheduler
-from kvant_contracts.kv_dtypes import KV_DTYPE_NAMES
+from kvant_contracts.kv_dtypes import KV_DTYPE_NAMES, KvCacheDtype
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -118,7 +118,12 @@ def run(args: argparse.Namespace) -> int:
     from kvant_runtime.sim.sim_server import ServerInfo, SimServer  # noqa: PLC0415
     from kvant_runtime.tokenizer_files import TokenizerError  # noqa: PLC0415
 
-    kv_tokens, kv_bytes, dtype, page_size = args.kv_tokens, args.kv_bytes_per_token, "auto", 1
+    kv_tokens, kv_bytes, dtype, page_size = (
+        args.kv_tokens,
+        args.kv_bytes_per_token,
+        KvCacheDtype.AUTO.value,
+        1,
+    )
     if args.plan is not None:
         try:
             plan = read_plan_capacity(args.plan)

@@ -28,6 +28,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from kvant_contracts.kv_dtypes import KvCacheDtype
 from kvant_runtime.prompt_counter import ByteEstimate, PromptCounter
 from kvant_runtime.request_cost import output_limit, prompt_tokens, refuse_media_for_text_model, samples
 from kvant_runtime.sim.answers import (
@@ -58,7 +59,7 @@ class ServerInfo:
     """What the info endpoints report besides the engine's own configuration."""
 
     model_name: str
-    kv_cache_dtype: str = "auto"
+    kv_cache_dtype: str = KvCacheDtype.AUTO.value
     page_size: int = 1
     disaggregation_mode: str = "null"  # SGLang's --disaggregation-mode: null, prefill or decode
     bootstrap: tuple[str, int] | None = None  # a prefill's bootstrap server (host, port)
