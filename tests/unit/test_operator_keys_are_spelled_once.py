@@ -37,11 +37,17 @@ def test_label_and_annotation_keys_are_spelled_only_in_object_keys() -> None:
 
 
 def test_the_bottom_floor_imports_nothing_of_the_operator() -> None:
+    imports = {}
     for name in BOTTOM_FLOOR:
         tree = ast.parse((OPERATOR / name).read_text())
         imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
-        imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
-        assert imported and not [m for m in imported if m.startswith("kvant_operator")], (name, imported)
+        imports[name] = imported + [
+            a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+        ]
+    assert sorted(imports) == sorted(BOTTOM_FLOOR) and all(imports.values()), imports
+    assert {
+        name: [m for m in found if m.startswith("kvant_operator")] for name, found in imports.items()
+    } == {name: [] for name in BOTTOM_FLOOR}
 
 
 def test_the_check_finds_a_new_copy(tmp_path: Path) -> None:

@@ -28,8 +28,13 @@ _TAG = re.compile(rf"^{TAG_PREFIX}(?P<commit>[0-9a-f]{{12}})$")
 # The folders whose src/ holds an image's packages (the runtime and operator images are built from
 # these; devcluster/ is the local cluster itself, which always runs from this checkout).
 PACKAGES = ("cli", "contracts", "kernels", "operator", "runtime")
+# A pod of an earlier commit's image runs that commit's development package too: the `kvant` command
+# loads every installed package's commands (kvant_cli's entry points), and this checkout's kvant_dev
+# would import what the earlier contracts lack (it did: kvant_contracts.kube_object). A real image
+# has no kvant_dev at all; the earlier one only registers its commands.
+ON_PATH = (*PACKAGES, "devcluster")
 # What must match for an earlier commit's code to run in this checkout's virtualenv.
-PINS = ("constraints.txt", *(f"{package}/pyproject.toml" for package in PACKAGES))
+PINS = ("constraints.txt", *(f"{package}/pyproject.toml" for package in ON_PATH))
 
 
 class ReleaseError(RuntimeError):
@@ -59,7 +64,7 @@ def tree_for_tag(tag: str) -> Path | str | None:
 
 def python_path(tree: Path) -> str:
     """`PYTHONPATH` for a process that runs `tree`'s packages ahead of the virtualenv's."""
-    return ":".join(str(tree / package / "src") for package in PACKAGES)
+    return ":".join(str(tree / package / "src") for package in ON_PATH)
 
 
 def check_out(commit: str, repo: Path = REPO) -> tuple[str, Path]:
