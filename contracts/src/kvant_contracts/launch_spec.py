@@ -35,7 +35,6 @@ from kvant_contracts import engine_scheduler
 from kvant_contracts.kv_dtypes import KV_DTYPE_NAMES
 from kvant_contracts.weight_formats import FORMATS
 
-KV_CACHE_DTYPES = KV_DTYPE_NAMES
 DISAGGREGATION_ROLES = ("prefill", "decode")
 
 
@@ -80,7 +79,7 @@ class LaunchSpec:
 
     def __post_init__(self) -> None:
         _one_of("weightsFormat", self.weightsFormat, tuple(FORMATS))
-        _one_of("kvCacheDtype", self.kvCacheDtype, KV_CACHE_DTYPES)
+        _one_of("kvCacheDtype", self.kvCacheDtype, KV_DTYPE_NAMES)
         _one_of("device", self.device, DEVICES)
         if self.disaggregationRole is not None:
             _one_of("disaggregationRole", self.disaggregationRole, DISAGGREGATION_ROLES)

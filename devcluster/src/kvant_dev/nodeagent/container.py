@@ -43,7 +43,6 @@ class Container:
     finished: Obj | None = None  # the `terminated` state of the last run
     last_state: Obj = field(default_factory=dict)
     next_start: float = 0.0
-    backoff: float = _BACKOFF_START
     quick_restarts: int = 0  # restarts in a row of a container that ran under _BACKOFF_RESET
     startup: ProbeState | None = None
     readiness: ProbeState | None = None
@@ -133,11 +132,15 @@ class Container:
             log.warning("container %s: preStop hook exited %s: %s", self.name, code, process.log_tail(5))
         return True
 
+    @property
+    def backoff(self) -> float:
+        """The wait before the next start: 1 s, doubling with each quick restart in a row, at most 30 s."""
+        return restart_delay(self.quick_restarts + 1, _BACKOFF_START, _BACKOFF_MAX)
+
     def schedule_restart(self) -> None:
         ran_for = time.time() - self.started_at
         # A container that ran long starts its streak again; each quick crash doubles the wait.
         self.quick_restarts = 0 if ran_for > _BACKOFF_RESET else self.quick_restarts + 1
-        self.backoff = restart_delay(self.quick_restarts + 1, _BACKOFF_START, _BACKOFF_MAX)
         self.next_start = time.monotonic() + self.backoff
         self.last_state = {"terminated": self.finished} if self.finished else {}
         self.restart_count += 1

@@ -33,7 +33,6 @@ from kvant_runtime.checkpoint.token_windows import token_windows
 from kvant_runtime.evaluate.agreement import Agreement
 
 EVALUATION_DATA = "kvant_runtime.evaluate"
-KV_DTYPES = KV_DTYPE_NAMES
 GATED_METRIC = "meanKLDivergence"
 
 
@@ -103,8 +102,10 @@ def gate_failure(metrics: dict[str, Any], max_kl_divergence: float | None) -> st
 
 
 def _check_options(options: Options) -> None:
-    if options.kv_dtype not in KV_DTYPES:
-        raise CheckpointError(f"--kv-dtype {options.kv_dtype!r}: valid values are {', '.join(KV_DTYPES)}")
+    if options.kv_dtype not in KV_DTYPE_NAMES:
+        raise CheckpointError(
+            f"--kv-dtype {options.kv_dtype!r}: valid values are {', '.join(KV_DTYPE_NAMES)}"
+        )
     if options.unit_scales and options.kv_dtype not in KV_FP8_FORMATS:
         raise CheckpointError(
             f"--unit-scales applies to an FP8 KV cache; add --kv-dtype {' or '.join(FP8_KV_DTYPE_NAMES)}"
