@@ -143,7 +143,7 @@ def test_helm_upgrade_from_a_pinned_commit_under_load(cluster, operator, namespa
         assert not load.is_alive(), "the load did not end within its bound"
 
         outcome = result["load"]
-        answered = (dict(outcome.statuses), outcome.errors, outcome.first_refusal)
+        answered = (dict(outcome.statuses), outcome.errors, outcome.first_refusal, outcome.first_error)
         assert set(outcome.statuses) == {200} and outcome.errors == 0, answered
         assert outcome.completed > 0
         assert _jobs(cluster, namespace) == jobs_before  # nothing converted again
@@ -191,6 +191,7 @@ def test_helm_upgrade_from_a_pinned_commit_under_load(cluster, operator, namespa
             dict(gap.statuses),
             gap.errors,
             gap.first_refusal,
+            gap.first_error,
         )
         assert _pods(cluster, namespace) == pods_upgraded
         assert not _changes(template_upgraded, _template(cluster, namespace))

@@ -24,6 +24,9 @@ from tests.kube_wait import wait_for
 from e2e.qm import apply, metrics_url, patch_spec, service_url, serving_pods, wait_ready
 from kvant_contracts import prometheus_text
 from kvant_contracts.serving_pod import GATE_PORT
+from kvant_dev.cluster import LocalCluster
+from kvant_operator.object_keys import KIND_LABEL, MODEL_LABEL
+from kvant_operator.render.roles import RoleKind
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 MODEL = "routed"
@@ -88,9 +91,29 @@ def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]
 
 
 def workers(url: str) -> int:
-    """How many engine pods smg has registered (its /workers listing)."""
-    with urllib.request.urlopen(f"{url}/workers", timeout=5) as response:
-        return len(json.load(response).get("workers", []))
+    """How many engine pods smg has registered (its /workers listing); 0 while no router answers: for
+    a moment after the routers turn Ready the Service may have no endpoint on this node's kube-proxy
+    yet, which rejects the connection ("No route to host")."""
+    try:
+        with urllib.request.urlopen(f"{url}/workers", timeout=5) as response:
+            return len(json.load(response).get("workers", []))
+    except (OSError, ValueError):
+        return 0
+
+
+def router_pods(cluster: LocalCluster, namespace: str) -> list[client.V1Pod]:
+    selector = f"{MODEL_LABEL}={MODEL},{KIND_LABEL}={RoleKind.ROUTER.value}"
+    pods = client.CoreV1Api(cluster.api_client()).list_namespaced_pod(namespace, label_selector=selector)
+    return [p for p in pods.items if p.metadata.deletion_timestamp is None]
+
+
+def mesh_peers(router: client.V1Pod) -> float:
+    """The peers this router's smg holds a mesh connection to (its router_mesh_peer_connections)."""
+    try:
+        with urllib.request.urlopen(f"{metrics_url(router)}/metrics", timeout=5) as response:
+            return prometheus_text.total(response.read().decode(), "router_mesh_peer_connections")
+    except OSError:
+        return 0.0
 
 
 def test_the_router_spreads_keeps_prefixes_steps_around_a_full_gate_and_a_deleted_pod(
@@ -125,6 +148,11 @@ def test_the_router_spreads_keeps_prefixes_steps_around_a_full_gate_and_a_delete
     # replica the Service picks: the routers' mesh carries the first placement to the other one
     # (gossip rounds are ~1 s, so the test lets it arrive before the rest, as a system prompt reused
     # over minutes would).
+    # The routers' mesh has formed: each holds a connection to the other (a fixed wait for it failed
+    # once in CI, 12/9 across the replicas, as two routers with a tree each place a prefix).
+    routers = router_pods(cluster, namespace)
+    assert len(routers) == 2, [p.metadata.name for p in routers]
+    wait_for(lambda: all(mesh_peers(r) >= 1 for r in routers) or None, 60, "the routers' mesh to connect")
     prefix = "You are a careful assistant. " * 40
     before = gate_counts(pods, "kvant_gate_admitted_total")
     assert ask(url, f"{prefix} first question") == 200

@@ -39,6 +39,7 @@ class LoadResult:
     latencies: list[float] = field(default_factory=list)
     errors: int = 0
     first_refusal: str = ""  # the first answer other than 200, status and body: what a failure shows
+    first_error: str = ""  # the first request with no answer: the exception's type and message
 
     @property
     def goodput(self) -> float:
@@ -85,8 +86,11 @@ async def _client(
                     result.first_refusal = f"{response.status} {(await response.text())[:300]}"
                 if response.status in (429, 503):
                     await asyncio.sleep(float(response.headers.get("Retry-After", "1")) / 4)
-        except (aiohttp.ClientError, TimeoutError):
+        except (aiohttp.ClientError, TimeoutError) as error:
             result.errors += 1
+            if not result.first_error:
+                took = time.monotonic() - started
+                result.first_error = f"{type(error).__name__} after {took:.1f}s: {error}"
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ published, so replicas starting together can join).
 
 from __future__ import annotations
 
+from kvant_contracts.drain import DRAIN_CEILING_SECONDS, POD_TERMINATION_GRACE_SECONDS
 from kvant_contracts.kube_object import Obj
 from kvant_contracts.serving_pod import ENGINE_PROBE_TIMEOUT_SECONDS, GATE_PORT, METRICS_PORT
 from kvant_operator.api.placement import PlacementSpec
@@ -97,6 +98,12 @@ def router_args(model: str, namespace: str, spec: QuantizedModelSpec) -> list[st
     # take traffic). The pod is Ready, so checking every few seconds costs one /health each.
     args += ["--worker-startup-check-interval", str(WORKER_STARTUP_CHECK_SECONDS)]
     args += ["--prometheus-host", "0.0.0.0", "--prometheus-port", str(METRICS_PORT)]
+    # A leaving router drops nothing: on SIGTERM smg answers 503 on its readiness path, keeps
+    # accepting for min(grace / 2, 5 s) while the Service drops it, then waits for the answers it
+    # carries for the rest of the grace. Those are as long as the engines' answers, so it gets the
+    # gate's drain ceiling (smg's default is 180 s, and the pod's default grace 30 s cut any answer
+    # longer than ~25 s); an idle router still leaves after the 5 s.
+    args += ["--shutdown-grace-period-secs", str(DRAIN_CEILING_SECONDS)]
     if meshed(spec.serving.router.replicas):  # the peers: see router_command
         args += ["--enable-mesh", "--mesh-server-name", "$(POD_NAME)", "--mesh-port", str(MESH_PORT)]
         args += ["--mesh-host", "0.0.0.0", "--mesh-advertise-host", "$(POD_IP)"]
@@ -195,6 +202,7 @@ def _deployment(
             "containers": [container],
             "serviceAccountName": name,
             "volumes": [api_access_volume(API_ACCESS)],
+            "terminationGracePeriodSeconds": POD_TERMINATION_GRACE_SECONDS,
             **placement(placed, model, role),
         }
     )
