@@ -21,10 +21,14 @@ lint: venv
 	$$VENV/bin/mypy
 
 # The whole suite: lint, unit, integration (real apiserver) and e2e (local cluster).
+# The failures are listed again last (hack/failures.py), after the interpreter's own exit output.
 test: tools venv lint
-	@VENV=$$($(VENV_CMD)); start=$$SECONDS
-	$$VENV/bin/python -m pytest -p no:cacheprovider --durations=30 $(PYTEST_ARGS)
+	@VENV=$$($(VENV_CMD)); start=$$SECONDS; report=$$(mktemp -d)/junit.xml; status=0
+	$$VENV/bin/python -m pytest -p no:cacheprovider --durations=30 --junitxml="$$report" $(PYTEST_ARGS) || status=$$?
 	echo "[make] test suite took $$((SECONDS-start))s"
+	$$VENV/bin/python hack/failures.py "$$report"
+	rm -rf "$$(dirname "$$report")"
+	exit $$status
 
 unit: venv
 	@VENV=$$($(VENV_CMD)); $$VENV/bin/python -m pytest -p no:cacheprovider -m "not cluster" tests/unit $(PYTEST_ARGS)

@@ -1,0 +1,50 @@
+"""`make test` lists every failure again after the suite (hack/failures.py), each with its assertion,
+so a CI log's tail names them all, whatever the interpreter prints while it exits."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FAILURES = ROOT / "hack" / "failures.py"
+
+
+def test_each_failure_is_listed_with_its_assertion(tmp_path: Path) -> None:
+    (tmp_path / "test_sample.py").write_text(
+        "def test_passes():\n    assert True\n\n"
+        "def test_fails():\n    assert 12.0 >= 18, 'a shared prefix stays mostly on one replica'\n\n"
+        "def test_also_fails():\n    raise RuntimeError('no route to host')\n"
+    )
+    report = tmp_path / "junit.xml"
+    pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--junitxml={report}"]
+    ran = subprocess.run(
+        [*pytest, str(tmp_path / "test_sample.py")], cwd=tmp_path, check=False, capture_output=True
+    )
+    assert ran.returncode == 1, ran.stdout.decode()
+    listed = subprocess.run(
+        [sys.executable, str(FAILURES), str(report)], check=False, capture_output=True, text=True
+    )
+    assert listed.returncode == 0, listed.stderr
+    out = listed.stdout
+    assert "[failures] 2 failed:" in out, out
+    assert "FAILURE test_sample::test_fails" in out and "a shared prefix stays mostly on one replica" in out
+    assert "FAILURE test_sample::test_also_fails" in out and "no route to host" in out
+    assert "test_passes" not in out
+
+
+def test_a_missing_or_broken_report_is_said_not_raised(tmp_path: Path) -> None:
+    missing = subprocess.run(
+        [sys.executable, str(FAILURES), str(tmp_path / "none.xml")],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert missing.returncode == 0 and "no report" in missing.stdout
+    broken = tmp_path / "broken.xml"
+    broken.write_text("<testsuites><testcase")
+    said = subprocess.run(
+        [sys.executable, str(FAILURES), str(broken)], check=False, capture_output=True, text=True
+    )
+    assert said.returncode == 0 and "is not XML" in said.stdout, said.stdout + said.stderr
