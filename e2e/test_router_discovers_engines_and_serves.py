@@ -107,13 +107,17 @@ def router_pods(cluster: LocalCluster, namespace: str) -> list[client.V1Pod]:
     return [p for p in pods.items if p.metadata.deletion_timestamp is None]
 
 
-def mesh_peers(router: client.V1Pod) -> float:
-    """The peers this router's smg holds a mesh connection to (its router_mesh_peer_connections)."""
+def mesh_linked(router: client.V1Pod) -> bool:
+    """Whether this router's smg is in the mesh with a peer. smg counts it on each side differently:
+    the router that dialed syncs with its peer (router_mesh_sync_round_duration_seconds, labelled by
+    peer), the one it dialed holds the connection (router_mesh_peer_connections)."""
     try:
         with urllib.request.urlopen(f"{metrics_url(router)}/metrics", timeout=5) as response:
-            return prometheus_text.total(response.read().decode(), "router_mesh_peer_connections")
+            text = response.read().decode()
     except OSError:
-        return 0.0
+        return False
+    connections = prometheus_text.total(text, "router_mesh_peer_connections")
+    return connections + prometheus_text.total(text, "router_mesh_sync_round_duration_seconds_count") > 0
 
 
 def test_the_router_spreads_keeps_prefixes_steps_around_a_full_gate_and_a_deleted_pod(
@@ -148,11 +152,11 @@ def test_the_router_spreads_keeps_prefixes_steps_around_a_full_gate_and_a_delete
     # replica the Service picks: the routers' mesh carries the first placement to the other one
     # (gossip rounds are ~1 s, so the test lets it arrive before the rest, as a system prompt reused
     # over minutes would).
-    # The routers' mesh has formed: each holds a connection to the other (a fixed wait for it failed
-    # once in CI, 12/9 across the replicas, as two routers with a tree each place a prefix).
+    # The routers' mesh has formed (a fixed wait for it failed once in CI, 12/9 across the replicas,
+    # as two routers with a tree each place a prefix).
     routers = router_pods(cluster, namespace)
     assert len(routers) == 2, [p.metadata.name for p in routers]
-    wait_for(lambda: all(mesh_peers(r) >= 1 for r in routers) or None, 60, "the routers' mesh to connect")
+    wait_for(lambda: all(mesh_linked(r) for r in routers) or None, 60, "the routers' mesh to connect")
     prefix = "You are a careful assistant. " * 40
     before = gate_counts(pods, "kvant_gate_admitted_total")
     assert ask(url, f"{prefix} first question") == 200
