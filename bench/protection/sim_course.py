@@ -3,12 +3,13 @@
 The engine itself varies from run to run (on the spread trace its retractions went from 3 to 8
 between runs of one session), so each band is around the range of the engine's runs, widened:
 - token usage, the mean and each quarter of the run's time: within 15 %;
+- the largest running batch, the admission rule's most direct result: within 15 %;
 - retractions (both must retract): within 15 %; when the first came, as a share of the requests
   finished: within 0.15 of the engine's;
 - the time the trace takes and the median request's latency: within 35 % of the engine's mean.
 
-These are issue #39's bands. `bench/protection/real_engine.py` prints the verdict beside its side by
-side; bench/README.md, "The simulator beside the real engine", has what it found.
+These are issue #39's bands, and the batch's. `bench/protection/real_engine.py` prints the verdict
+beside its side by side; bench/README.md, "The simulator beside the real engine", has what it found.
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ def compare(real: list[dict[str, Any]], simulated: dict[str, Any]) -> list[str]:
         check(
             f"token usage, quarter {quarter + 1}", simulated["token_usage_by_quarter"][quarter], theirs, BAND
         )
+    check(
+        "largest running batch",
+        simulated["largest_running_batch"],
+        [r["largest_running_batch"] for r in real],
+        BAND,
+    )
     check("retractions", simulated["retractions"] or None, [r["retractions"] or None for r in real], BAND)
     onsets = [r["first_retraction_at_share_done"] for r in real]
     ours = simulated["first_retraction_at_share_done"]

@@ -1,7 +1,11 @@
 """Against the engine simulator: the gate keeps its KV cache from being overrun.
 
 The control run sends the same burst straight to the simulator, which admits on prompt
-size only (as SGLang does) and then has to retract mid-decode. Through the gate nothing is
+size only (as SGLang does) and then has to retract mid-decode. The burst's requests come 10 ms
+apart: SGLang admits nothing more once a request did not fit (its batch is full until one leaves),
+so equal requests arriving at once fill the cache and finish together, while a request arriving as
+the earlier ones decode is admitted against what they hold now, not what they will grow to. Through
+the gate nothing is
 retracted and every request completes: in `engine` admission because it lets through nothing whose
 growth could overflow the cache (admit.kv_peak), in `worstCase` because the reservations in flight
 stay within the token budget (95% of the simulator's capacity).
@@ -32,7 +36,10 @@ SHAPES = {
     "batch3": {"text": ["x" * 400, "y" * 400, "z" * 400], "sampling_params": {"max_new_tokens": 100}},
 }
 BURST = 10
-FAST = CostModel(decode_base_s=0.0005, decode_per_request_s=0.0, prefill_per_token_s=0.0)
+# 100 steps of 1 ms: a request decodes for ~0.1 s, so the burst's later requests, SPACING_S apart,
+# arrive while the earlier ones decode.
+FAST = CostModel(decode_base_s=0.001, decode_per_request_s=0.0, prefill_per_token_s=0.0)
+SPACING_S = 0.01
 
 
 def _simulator() -> SimServer:
@@ -50,12 +57,15 @@ async def _retracted(session: aiohttp.ClientSession, engine_url: str) -> float:
 
 
 async def _burst(session: aiohttp.ClientSession, url: str, body: dict) -> list[int]:
-    async def one() -> int:
+    """BURST requests, SPACING_S apart: each later one arrives while the earlier ones decode."""
+
+    async def one(delay: float) -> int:
+        await asyncio.sleep(delay)
         async with session.post(url + "/generate", json=body) as resp:
             await resp.read()
             return resp.status
 
-    return list(await asyncio.gather(*(one() for _ in range(BURST))))
+    return list(await asyncio.gather(*(one(i * SPACING_S) for i in range(BURST))))
 
 
 @pytest.mark.parametrize("admission", ["engine", "worstCase"])

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from kvant_runtime.sim.engine import Engine, EngineConfig, RequestRejected, StepResult
+from kvant_runtime.sim.engine import Engine, EngineConfig, Request, RequestRejected, StepResult
 
 
 def run_to_completion(engine: Engine, on_step=None) -> float:
@@ -30,7 +30,8 @@ def test_kv_and_batch_bounds_hold_at_every_step_and_every_request_completes():
     def check(step):
         nonlocal peak_used
         assert 0 <= engine.used_kv_tokens <= 3000
-        assert engine.used_kv_tokens == sum(r.kv_tokens for r in engine.running)
+        # What finished in this step holds its KV until the next is scheduled (SGLang's overlap loop).
+        assert engine.used_kv_tokens == sum(r.kv_tokens for r in [*engine.running, *engine.leaving])
         assert len(engine.running) <= 6
         peak_used = max(peak_used, engine.used_kv_tokens)
 
@@ -41,18 +42,26 @@ def test_kv_and_batch_bounds_hold_at_every_step_and_every_request_completes():
 
 
 def overcommitting_engine() -> Engine:
-    # new_token_ratio=0: a running request reserves none of its remaining output, so the second of
-    # two requests of 100 prompt tokens growing to 100 + 80 is admitted, and together they outgrow
-    # 300 tokens.
+    # new_token_ratio=0: a running request reserves none of its remaining output, so a second request
+    # of 100 prompt tokens growing to 100 + 80, arriving while the first decodes, is admitted, and
+    # together they outgrow 300 tokens. (Arriving together, the second would not fit beside the
+    # first's whole reservation, and the full batch would admit nothing more until the first ends.)
     return Engine(
         EngineConfig(kv_tokens=300, max_running_requests=8, context_length=1000, new_token_ratio=0.0)
     )
 
 
+def submit_overcommitting_pair(engine: Engine) -> tuple[Request, Request]:
+    """ "a", then "b" once "a" has been prefilled: both admitted, and together they outgrow the cache."""
+    first = engine.submit("a", 100, 80, 0.0, prompt_key="a")
+    assert engine.step(0.0) is not None  # a's prefill
+    second = engine.submit("b", 100, 80, 0.0, prompt_key="b")
+    return first, second
+
+
 def test_retracted_request_returns_to_the_queue_loses_its_kv_and_still_finishes():
     engine = overcommitting_engine()
-    first = engine.submit("a", 100, 80, 0.0, prompt_key="a")
-    second = engine.submit("b", 100, 80, 0.0, prompt_key="b")
+    first, second = submit_overcommitting_pair(engine)
     retracted = []
     run_to_completion(engine, lambda step: retracted.extend(step.retracted))
     assert retracted, "the cache ran out mid-decode, so a request must have been retracted"
@@ -64,8 +73,7 @@ def test_retracted_request_returns_to_the_queue_loses_its_kv_and_still_finishes(
 
 def first_retraction(engine: Engine) -> StepResult:
     """Two requests that outgrow `overcommitting_engine`'s cache, stepped until one is retracted."""
-    engine.submit("a", 100, 80, 0.0, prompt_key="a")
-    engine.submit("b", 100, 80, 0.0, prompt_key="b")
+    submit_overcommitting_pair(engine)
     now = 0.0
     while (step := engine.step(now)) is not None and not step.retracted:
         now = step.end
@@ -87,6 +95,49 @@ def test_admission_waits_for_free_kv_instead_of_overcommitting_prompts():
         engine.submit(f"r{i}", 400, 10, 0.0, prompt_key=str(i))
     engine.step(0.0)
     assert len(engine.running) == 2 and len(engine.waiting) == 1  # 3 x 400 prompt tokens do not fit 1000
+
+
+def test_a_request_that_did_not_fit_waits_until_a_request_leaves_the_batch():
+    # SGLang's batch_is_full: once admission stops for want of KV, the scheduler looks again only
+    # after a request leaves the running batch, though the decaying ratio makes room long before.
+    engine = Engine(EngineConfig(kv_tokens=1000, max_running_requests=8, context_length=2000))
+    a = engine.submit("a", 100, 600, 0.0, prompt_key="a")  # 700 whole
+    b = engine.submit("b", 100, 400, 0.0, prompt_key="b")  # 500 whole: not beside a's 700
+    now = 0.0
+    steps = []
+    while a.finish_time is None:
+        step = engine.step(now)
+        assert step is not None
+        steps.append(step)
+        now = step.end
+    # After ~100 decode steps a's reservation (ratio x what it has left) had shrunk enough for b,
+    # which an admission check at every step would have let in then.
+    assert [s.kind for s in steps] == ["prefill"] + ["decode"] * 599
+    # a left: the scheduler looks again, and b runs.
+    assert engine.step(now).kind == "prefill" and engine.running == [b]  # type: ignore[union-attr]
+
+
+def test_a_finished_request_holds_its_kv_until_the_next_step_which_waits_for_it_rather_than_retract():
+    # SGLang's overlap loop schedules a step before it processes the last one's results: c, answered
+    # by its own prefill, still holds its 6 slots when the next decode is scheduled, where a and b need
+    # 2 and 1 is free. SGLang skips that decode rather than retract; c's slots are back a step later.
+    engine = Engine(
+        EngineConfig(kv_tokens=16, max_running_requests=8, context_length=1000, new_token_ratio=0.0)
+    )
+    a = engine.submit("a", 3, 2, 0.0, prompt_key="a")
+    assert engine.step(0.0) is not None
+    engine.submit("b", 6, 6, 0.0, prompt_key="b")
+    assert engine.step(0.0) is not None
+    c = engine.submit("c", 6, 1, 0.0, prompt_key="c")
+    step = engine.step(0.0)
+    assert step is not None and step.kind == "prefill" and step.finished == [c]
+    assert engine.leaving == [c] and c.kv_tokens == 6
+    assert engine.free_kv_tokens == 1 < len(engine.running) == 2
+    step = engine.step(0.0)
+    assert step is not None and step.kind == "decode" and step.retracted == []
+    assert c.kv_tokens == 0 and engine.leaving == [a]
+    run_to_completion(engine)
+    assert engine.retracted_total == 0 and engine.used_kv_tokens == 0
 
 
 def test_request_larger_than_the_cache_is_rejected_with_the_numbers():

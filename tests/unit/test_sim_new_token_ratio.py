@@ -52,9 +52,10 @@ def test_a_running_request_reserves_ratio_of_its_remaining_output_a_new_one_all_
     for ratio, b_joins in ((0.7, True), (1.0, False)):
         engine = _engine(1000, new_token_ratio=ratio)
         engine.submit("a", 100, 500, 0.0, prompt_key="a")
-        engine.submit("b", 100, 350, 0.0, prompt_key="b")
         assert _step(engine) == "prefill"
-        assert [r.rid for r in engine.running] == ["a"]  # 600 + 450 whole outputs exceed 1000
+        # b arrives while a runs (arriving together, it would have met a's whole 600 and the full
+        # batch would admit nothing more until a leaves: test_sim_capacity_and_retraction).
+        engine.submit("b", 100, 350, 0.0, prompt_key="b")
         # a now holds 100 and plans ratio x 499 more: 0.7 leaves room for b's 450, 1.0 does not.
         assert _step(engine) == ("prefill" if b_joins else "decode")
         assert ("b" in [r.rid for r in engine.running]) is b_joins
@@ -62,7 +63,9 @@ def test_a_running_request_reserves_ratio_of_its_remaining_output_a_new_one_all_
 
 def test_a_retraction_raises_the_ratio_to_what_the_survivors_need_and_requeues_at_the_back():
     engine = _engine(300, new_token_ratio=0.0)  # running requests plan for nothing: overcommit
-    for rid in "abc":
+    engine.submit("a", 100, 80, 0.0, prompt_key="a")
+    assert _step(engine) == "prefill"
+    for rid in "bc":  # arriving while a runs: b is admitted beside it, c waits
         engine.submit(rid, 100, 80, 0.0, prompt_key=rid)
     now = 0.0
     while (step := engine.step(now)) is not None and not step.retracted:

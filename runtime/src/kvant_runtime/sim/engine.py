@@ -16,6 +16,17 @@ schedule_batch.py `retract_decode`):
   does not fit. A new request must fit its prompt plus its whole remaining
   output (clipped at `CLIP_MAX_NEW_TOKENS`) into the free KV, after each running
   request has reserved only `new_token_ratio` x its remaining output;
+- a request that does not fit (or a batch at `max_running_requests`) marks the
+  running batch full, and the scheduler tries no admission until a request
+  leaves the batch, finished or retracted (SGLang's `batch_is_full`, scheduler.py
+  `get_new_batch_prefill`); without it a waiting request got in as soon as the
+  decaying ratio made room;
+- a request that finishes holds its KV until the next step has been scheduled,
+  and only then leaves the batch: SGLang's overlap loop (on by default, on
+  the CPU backend too) schedules a step before it processes the previous
+  one's results. A decode that would have to retract while such requests are
+  about to leave waits for them instead (`update_running_batch` with
+  finishing requests in flight);
 - `new_token_ratio` is SGLang's guess of how much of `max_new_tokens` a request
   really generates. It starts at the configured initial ratio (SGLang: 0.7),
   falls linearly on every decode step that needs no retraction to
@@ -127,6 +138,10 @@ class Engine:
         self.used_kv_tokens = 0
         self.retracted_total = 0
         self.last_step_retractions = 0
+        self.batch_is_full = False  # see the module docstring: no admission until a request leaves
+        # Finished in the step just run; they hold their KV until the next step is scheduled (SGLang's
+        # overlap loop processes a step's results while the next one runs).
+        self.leaving: list[Request] = []
         self.new_token_ratio = config.new_token_ratio
         self.min_new_token_ratio = config.new_token_ratio * config.min_new_token_ratio_factor
         self.new_token_ratio_decay = (
@@ -143,7 +158,7 @@ class Engine:
 
     @property
     def idle(self) -> bool:
-        return not self.waiting and not self.running
+        return not self.waiting and not self.running and not self.leaving
 
     def submit(
         self,
@@ -182,17 +197,33 @@ class Engine:
         if request in self.running:
             self._release(request)
             self.running.remove(request)
+            self.batch_is_full = False
+        if request in self.leaving:
+            self.leaving.remove(request)
+            self._release(request)
 
     def step(self, now: float) -> StepResult | None:
         """Run one iteration starting at `now`; None when there is nothing to do."""
         self.last_step_retractions = 0
         admitted = self._admit()
         if admitted:
+            self._release_leaving()
             return self._prefill(admitted, now)
         if self.running:
             return self._decode(now)
+        if self.leaving:  # what finished last frees its KV, which may be what the waiting need
+            self._release_leaving()
+            return self.step(now)
         self.new_token_ratio = self.config.new_token_ratio  # SGLang: self_check_during_idle
         return None
+
+    def _release_leaving(self) -> None:
+        """The previous step's results are processed: its finished requests free their KV, and the
+        batch they left is no longer full."""
+        for request in self.leaving:
+            self._release(request)
+            self.batch_is_full = False
+        self.leaving = []
 
     def _check_fits(self, prompt_tokens: int, max_new_tokens: int) -> None:
         total = prompt_tokens + max_new_tokens
@@ -211,15 +242,24 @@ class Engine:
 
     def _admit(self) -> list[Request]:
         admitted: list[Request] = []
+        if not self.running:
+            self.batch_is_full = False  # SGLang: an empty batch has no request left to clear it
+        if self.batch_is_full or not self.waiting:
+            return admitted
         clip = self.config.clip_max_new_tokens
         reserved = self.new_token_ratio * sum(r.estimated_new_tokens(clip) for r in self.running)
         budget = self.free_kv_tokens - reserved
         prefill_tokens = 0
-        while self.waiting and len(self.running) < self.config.max_running_requests:
+        while self.waiting:
+            if len(self.running) >= self.config.max_running_requests:
+                self.batch_is_full = True
+                break
             request = self.waiting[0]
             need = request.prompt_tokens + len(request.output_ids)
-            too_long = admitted and prefill_tokens + need > self.config.max_prefill_tokens
-            if need + request.estimated_new_tokens(clip) > budget or too_long:
+            if admitted and prefill_tokens + need > self.config.max_prefill_tokens:
+                break  # the prefill batch is full, not the cache: next step tries again
+            if need + request.estimated_new_tokens(clip) > budget:
+                self.batch_is_full = bool(admitted or self.running)
                 break
             self.waiting.pop(0)
             self.running.append(request)
@@ -240,7 +280,12 @@ class Engine:
         return result
 
     def _decode(self, now: float) -> StepResult:
+        if self.free_kv_tokens < len(self.running):
+            # SGLang skips this decode rather than retract while finished requests are about to
+            # free their KV (update_running_batch with finishing requests in flight); one step later.
+            self._release_leaving()
         retracted = self._retract_until_decode_fits()
+        self._release_leaving()
         self._update_new_token_ratio(retracted)
         for request in self.running:
             request.kv_tokens += 1
@@ -262,6 +307,7 @@ class Engine:
             self._release(victim)
             victim.retractions += 1
             retracted.append(victim)
+            self.batch_is_full = False
         self.waiting.extend(retracted)  # SGLang: _extend_requests_to_queue, the back of the queue
         self.retracted_total += len(retracted)
         self.last_step_retractions = len(retracted)
@@ -291,5 +337,5 @@ class Engine:
         if request.finished:
             request.finish_time = result.end
             self.running.remove(request)
-            self._release(request)
+            self.leaving.append(request)
             result.finished.append(request)

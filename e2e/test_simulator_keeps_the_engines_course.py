@@ -1,0 +1,115 @@
+"""The simulator held to the real SGLang engine (issue #39): one short trace through both agrees.
+
+The simulator stands in for every result a CPU cannot produce (FP8, INT4, scale), so its scheduler
+must keep SGLang's course. SGLang 0.5.23 itself (the local cluster's engine image, CPU backend) serves
+the tiny chat model with a 4,096-token cache on loopback, alone on the last CPU (bench/real_engine.py,
+launched as a serving pod launches it). First a CPU profile for the simulator's cost model is fitted to
+it (bench/protection/cpu_profile.py), so both run on one clock. Then the bench's spread trace (64
+closed-loop clients x 8 prose requests of exactly 96 new tokens, their first requests 20 ms apart)
+runs on the engine three times, for its own run-to-run range, and twice on `kvant sim` with the
+model's tokenizer, the same cache and batch bound and the fitted profile, whose mean is compared.
+Held to issue #39's bands (bench/protection/sim_course.py): token usage, its mean and each quarter,
+and retractions within 15 % of the engine's range, the first retraction within 0.15 of the requests
+done, the trace's time and median latency within 35 %.
+
+It fails where the simulator's admission departs from SGLang's: a simulator whose running requests
+reserve nothing of their remaining output and whose full batch admits again at once ran batches of
+62-64 and retracted 369-377 times where the engine retracted 12-18 (bench/README.md), and
+`--new-token-ratio 0` alone runs a batch of 50-52 where the engine runs 40-43 (the band is 15 %).
+
+Not compared here: the burst trace (every first request at once). On one CPU the engine's tokenizer
+process takes a burst in one request at a time beside its scheduler, so its cache fills more slowly
+for the first quarter than the simulator's, which admits what fits at once (bench/README.md, "The
+simulator beside the real engine"); a GPU server's frontend runs on other cores. About 3.5 minutes
+on the 2-core machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bench.protection import cpu_profile
+from bench.protection.real_engine import (
+    MAX_RUNNING,
+    SPREAD_SECONDS,
+    fixed_run,
+    flush,
+    kv_bytes_per_token,
+    simulator,
+    split_cpus,
+)
+from bench.protection.sim_course import compare
+from bench.real_engine import real_engine
+
+from kvant_dev.tinychat import ensure_tiny_chat_model
+
+# Not yet in the default `make test`: it passed 8 of the 10 runs made of it (bench/README.md, "The
+# simulator beside the real engine"), and a test that fails one CI run in five or ten would make CI
+# red for no change. KVANT_SIM_COURSE=1 runs it.
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.timeout(1200),
+    pytest.mark.skipif(not os.environ.get("KVANT_SIM_COURSE"), reason="KVANT_SIM_COURSE=1 runs it"),
+]
+
+KV_TOKENS = 4096
+CLIENTS, PER_CLIENT = 64, 8
+ENGINE_RUNS = 3
+SIMULATOR_RUNS = 2
+MEASURES = (
+    "token_usage_mean",
+    "largest_running_batch",
+    "retractions",
+    "first_retraction_at_share_done",
+    "seconds",
+    "latency_median_s",
+)
+
+
+def test_the_simulator_keeps_the_real_engines_course(tmp_path: Path) -> None:
+    model = ensure_tiny_chat_model()
+    mine = os.sched_getaffinity(0)
+    try:
+        engine_cpus = split_cpus()  # this process (clients, simulator) off the engine's CPU
+        with real_engine(model, KV_TOKENS, tmp_path, MAX_RUNNING, cpus=engine_cpus) as engine:
+            profile, _ = asyncio.run(cpu_profile.fit(engine, kv_bytes_per_token(model)))
+            flags = tuple(profile.sim_flags(kv_bytes_per_token(model)))
+            # A first run after the fit admits a batch larger than any it has seen more slowly: the
+            # bench warms the engine with its burst trace first, and so does this.
+            flush(engine)
+            asyncio.run(fixed_run(engine, CLIENTS, PER_CLIENT))
+            real = []
+            for _ in range(ENGINE_RUNS):
+                flush(engine)
+                real.append(_spread(engine))
+        with simulator(model, KV_TOKENS, flags) as sim:
+            simulated = [_spread(sim) for _ in range(SIMULATOR_RUNS)]
+    finally:
+        os.sched_setaffinity(0, mine)
+    report = {"profile": profile, "engine": real, "simulator": simulated}
+    print(report)
+    assert all(run["retractions"] > 0 for run in real), f"the trace must make the engine retract: {report}"
+    assert compare(real, _mean_run(simulated)) == [], report
+
+
+def _spread(url: str) -> dict[str, Any]:
+    return asyncio.run(fixed_run(url, CLIENTS, PER_CLIENT, SPREAD_SECONDS))
+
+
+def _mean_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The simulator's runs averaged: what sim_course compares, with its own run-to-run noise halved
+    (its closed loop meets real timing too: one run of six had its third quarter 10 % above the
+    others, and alone it crossed the band by 0.004)."""
+
+    def mean(values: list[float | None]) -> float | None:
+        return None if None in values else sum(v for v in values if v is not None) / len(values)
+
+    averaged: dict[str, Any] = {key: mean([run[key] for run in runs]) for key in MEASURES}
+    averaged["token_usage_by_quarter"] = [
+        mean([run["token_usage_by_quarter"][quarter] for run in runs]) for quarter in range(4)
+    ]
+    return averaged
