@@ -7,78 +7,37 @@ scale-in, a node drain) cut every answer it carried that was longer than ~25 s."
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
 import urllib.request
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from kvant_contracts.drain import DRAIN_CEILING_SECONDS, POD_TERMINATION_GRACE_SECONDS
-from kvant_operator.artifact_recipe import source_location
-from kvant_operator.render.router import ROUTER, ROUTER_LIVENESS_PATH, ROUTER_READINESS_PATH
-from kvant_operator.render.serving import ServingInputs, serving_objects
-from kvant_operator.settings import OperatorSettings
+from kvant_operator.render.router import ROUTER_LIVENESS_PATH, ROUTER_READINESS_PATH
 from tests.unit.gate_harness import closed_port_url
-from tests.unit.render_inputs import body, plan, spec_of
+from tests.unit.router_harness import SMG, WAIT_SECONDS, http_status, rendered_router_pod, until
 
 KVANT = [sys.executable, "-m", "kvant_cli.main"]
-SMG = shutil.which("smg", path=str(Path(sys.executable).parent))
 GRACE_FLAG = "--shutdown-grace-period-secs"
-WAIT_SECONDS = 60.0
 # At the simulator's 20 ms a step ~8 s: the answer outlives smg's 5 s settle window after the signal,
 # so it is the drain, not the settle window, that lets it finish.
 ANSWER_TOKENS = 400
 
 
-def _router_pod() -> dict[str, Any]:
-    model = body("tiny.yaml")
-    model["spec"]["serving"]["replicas"] = 2
-    spec = spec_of(model)
-    inputs = ServingInputs(model, spec, plan(), source_location(spec), "", OperatorSettings())
-    (pod,) = [
-        o["spec"]["template"]["spec"]
-        for o in serving_objects(inputs, None)
-        if o["kind"] == "Deployment" and o["spec"]["template"]["spec"]["containers"][0]["name"] == ROUTER
-    ]
-    return pod
-
-
 def test_the_router_is_rendered_to_outlast_the_answers_it_carries() -> None:
-    pod = _router_pod()
+    pod = rendered_router_pod(2)
     args = pod["containers"][0]["args"]
     grace = int(args[args.index(GRACE_FLAG) + 1])
     assert grace == DRAIN_CEILING_SECONDS, "a router carries answers as long as the gate drains"
     assert pod["terminationGracePeriodSeconds"] == POD_TERMINATION_GRACE_SECONDS > grace
 
 
-def _status(url: str) -> int | None:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as err:
-        return err.code
-    except (urllib.error.URLError, ConnectionError):
-        return None
-
-
-def _until(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {WAIT_SECONDS:.0f}s waiting for {what}")
-
-
 def test_smg_signalled_while_it_carries_an_answer_finishes_it_then_exits() -> None:
     assert SMG is not None, "smg is pinned in constraints.txt and installed in the venv"
-    args = _router_pod()["containers"][0]["args"]
+    args = rendered_router_pod(2)["containers"][0]["args"]
     grace = args[args.index(GRACE_FLAG) + 1]
     engine, router = closed_port_url(), closed_port_url()
     sim = [*KVANT, "sim", "--model-name", "tiny", "--kv-tokens", "4000", "--decode-base-ms", "20"]
@@ -104,14 +63,14 @@ def test_smg_signalled_while_it_carries_an_answer_finishes_it_then_exits() -> No
             answer.update(error=repr(error), at=time.monotonic())
 
     try:
-        _until(lambda: _status(router + ROUTER_READINESS_PATH) == 200, "smg to be ready with its engine")
+        until(lambda: http_status(router + ROUTER_READINESS_PATH) == 200, "smg to be ready with its engine")
         client = threading.Thread(target=ask)
         client.start()
         time.sleep(1.0)  # the answer is under way
         router_proc.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
-        _until(lambda: _status(router + ROUTER_READINESS_PATH) == 503, "smg to turn not-ready")
-        assert _status(router + ROUTER_LIVENESS_PATH) == 200, "draining, not dead: liveness holds"
+        until(lambda: http_status(router + ROUTER_READINESS_PATH) == 503, "smg to turn not-ready")
+        assert http_status(router + ROUTER_LIVENESS_PATH) == 200, "draining, not dead: liveness holds"
         client.join(timeout=WAIT_SECONDS)
         assert answer.get("status") == 200, answer
         assert answer["body"]["meta_info"]["completion_tokens"] == ANSWER_TOKENS
