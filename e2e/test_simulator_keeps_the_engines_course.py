@@ -47,8 +47,8 @@ from bench.real_engine import real_engine
 
 from kvant_dev.tinychat import ensure_tiny_chat_model
 
-# Not yet in the default `make test`: it passed 8 of the 10 runs made of it (bench/README.md, "The
-# simulator beside the real engine"), and a test that fails one CI run in five or ten would make CI
+# Not yet in the default `make test`: it passed 7 of the 8 runs made of it (bench/README.md, "The
+# simulator beside the real engine"), and a test that fails about one CI run in eight would make CI
 # red for no change. KVANT_SIM_COURSE=1 runs it.
 pytestmark = [
     pytest.mark.e2e,
