@@ -13,7 +13,8 @@ from tests.kube_wait import wait_for
 from kvant_contracts.kube_object import Obj
 from kvant_contracts.serving_pod import GATE_PORT, METRICS_PORT
 from kvant_dev.cluster import LocalCluster
-from kvant_operator.render.roles import engine_selector
+from kvant_operator.object_keys import KIND_LABEL, MODEL_LABEL
+from kvant_operator.render.roles import RoleKind, engine_selector
 
 # Errors of a poll that meets the apiserver (or etcd behind it) down, as faults cause: not back yet.
 API_DOWN = (ApiException, urllib3.exceptions.HTTPError, OSError)
@@ -86,6 +87,13 @@ def serving_pods(cluster: LocalCluster, namespace: str, model: str) -> list[clie
     core = client.CoreV1Api(cluster.api_client())
     pods = core.list_namespaced_pod(namespace, label_selector=engine_selector(model)).items
     return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+
+def router_pods(cluster: LocalCluster, namespace: str, model: str) -> list[client.V1Pod]:
+    """The model's router pods that are not being deleted."""
+    selector = f"{MODEL_LABEL}={model},{KIND_LABEL}={RoleKind.ROUTER.value}"
+    pods = client.CoreV1Api(cluster.api_client()).list_namespaced_pod(namespace, label_selector=selector)
+    return [p for p in pods.items if p.metadata.deletion_timestamp is None]
 
 
 def service_url(cluster: LocalCluster, namespace: str, name: str) -> str:

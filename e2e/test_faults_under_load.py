@@ -47,6 +47,7 @@ from e2e.qm import (
     get_qm,
     pod_ready,
     ready_for_generation,
+    router_pods,
     router_workers,
     service_url,
     serving_pods,
@@ -56,8 +57,6 @@ from kvant_dev.cluster import LocalCluster
 from kvant_dev.faults import crash_control_plane, delete_pod, kill_container
 from kvant_dev.loadgen import LoadResult, LoadShape, generate_load
 from kvant_dev.operator_process import OperatorProcess
-from kvant_operator.object_keys import KIND_LABEL, MODEL_LABEL
-from kvant_operator.render.roles import RoleKind
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -135,7 +134,9 @@ def _kill_serving_container(container: str) -> Callable[[Scene, random.Random], 
 
 
 def _delete_router(scene: Scene, rng: random.Random) -> str:
-    pod = rng.choice(sorted(_routers(scene), key=lambda p: p.metadata.name))
+    pod = rng.choice(
+        sorted(router_pods(scene.cluster, scene.namespace, MODEL), key=lambda p: p.metadata.name)
+    )
     scene.gone.add(pod.metadata.uid)
     delete_pod(scene.cluster, scene.namespace, pod.metadata.name)
     return str(pod.metadata.name)
@@ -249,7 +250,7 @@ def _recovered(scene: Scene, restarts: int) -> bool:
         if not ready_for_generation(get_qm(scene.cluster, scene.namespace, MODEL)):
             return False
         engines = serving_pods(scene.cluster, scene.namespace, MODEL)
-        routers = _routers(scene)
+        routers = router_pods(scene.cluster, scene.namespace, MODEL)
     except API_DOWN:
         return False
     # Restarts and readiness from the one listing: from two, a restart already reported could be
@@ -264,14 +265,6 @@ def _recovered(scene: Scene, restarts: int) -> bool:
             for p in routers
         )
     )
-
-
-def _routers(scene: Scene) -> list[client.V1Pod]:
-    selector = f"{MODEL_LABEL}={MODEL},{KIND_LABEL}={RoleKind.ROUTER.value}"
-    pods = client.CoreV1Api(scene.cluster.api_client()).list_namespaced_pod(
-        scene.namespace, label_selector=selector
-    )
-    return [p for p in pods.items if p.metadata.deletion_timestamp is None]
 
 
 def _restarts(pods: list[client.V1Pod]) -> int:

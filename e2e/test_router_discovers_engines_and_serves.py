@@ -21,12 +21,9 @@ import pytest
 from kubernetes import client
 from tests.kube_wait import wait_for
 
-from e2e.qm import apply, metrics_url, patch_spec, service_url, serving_pods, wait_ready
+from e2e.qm import apply, metrics_url, patch_spec, router_pods, service_url, serving_pods, wait_ready
 from kvant_contracts import prometheus_text
 from kvant_contracts.serving_pod import GATE_PORT
-from kvant_dev.cluster import LocalCluster
-from kvant_operator.object_keys import KIND_LABEL, MODEL_LABEL
-from kvant_operator.render.roles import RoleKind
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 MODEL = "routed"
@@ -101,12 +98,6 @@ def workers(url: str) -> int:
         return 0
 
 
-def router_pods(cluster: LocalCluster, namespace: str) -> list[client.V1Pod]:
-    selector = f"{MODEL_LABEL}={MODEL},{KIND_LABEL}={RoleKind.ROUTER.value}"
-    pods = client.CoreV1Api(cluster.api_client()).list_namespaced_pod(namespace, label_selector=selector)
-    return [p for p in pods.items if p.metadata.deletion_timestamp is None]
-
-
 def mesh_linked(router: client.V1Pod) -> bool:
     """Whether this router's smg is in the mesh with a peer. smg counts it on each side differently:
     the router that dialed syncs with its peer (router_mesh_sync_round_duration_seconds, labelled by
@@ -154,7 +145,7 @@ def test_the_router_spreads_keeps_prefixes_steps_around_a_full_gate_and_a_delete
     # over minutes would).
     # The routers' mesh has formed (a fixed wait for it failed once in CI, 12/9 across the replicas,
     # as two routers with a tree each place a prefix).
-    routers = router_pods(cluster, namespace)
+    routers = router_pods(cluster, namespace, MODEL)
     assert len(routers) == 2, [p.metadata.name for p in routers]
     wait_for(lambda: all(mesh_linked(r) for r in routers) or None, 60, "the routers' mesh to connect")
     prefix = "You are a careful assistant. " * 40

@@ -280,12 +280,11 @@ class Engine:
         return result
 
     def _decode(self, now: float) -> StepResult:
-        if self.free_kv_tokens < len(self.running):
-            # SGLang skips this decode rather than retract while finished requests are about to
-            # free their KV (update_running_batch with finishing requests in flight); one step later.
-            self._release_leaving()
-        retracted = self._retract_until_decode_fits()
+        # The previous step's finished requests free their KV before this decode needs room: SGLang
+        # skips a decode rather than retract while such requests are in flight, and decodes a step
+        # later (update_running_batch).
         self._release_leaving()
+        retracted = self._retract_until_decode_fits()
         self._update_new_token_ratio(retracted)
         for request in self.running:
             request.kv_tokens += 1
