@@ -25,11 +25,12 @@ KV tokens (default 4,096) on loopback. Three parts, one run:
    sending the same prompts) goes straight to the real engine and to `kvant sim --tokenizer` with
    that profile (the model's tokenizer, the same `--max-total-tokens` and
    `--max-running-requests`), twice: every client's first request at once (a burst), and 20 ms
-   apart; the burst also on the simulator's GPU profile. Each engine's /metrics is sampled every
-   0.25 s. Printed side by side: token usage (mean, peak, by quarter of the run), the largest running
-   batch, the mean queue, when the first retraction came (share of requests finished by then),
-   retractions, the prompt and generated token totals, the run's seconds and its requests' latency,
-   and what falls outside the bands of `sim_course.py`.
+   apart; the burst also on the simulator's GPU profile. Each engine's state (`/v1/loads`, published
+   by both at the same moments) and counters (`/metrics`) are sampled every 0.25 s. Printed side by
+   side: token usage (mean, peak, by quarter of the run), the largest running batch, the mean queue,
+   when the first retraction came (share of requests finished by then), retractions, the prompt and
+   generated token totals, the run's seconds and its requests' latency, and what falls outside the
+   bands of `sim_course.py`.
 
     python bench/protection/real_engine.py [--kv-tokens 4096] [--seconds 40] [--json out.json]
 """
@@ -61,6 +62,7 @@ from kvant_contracts import sglang_metrics as metric_names
 from kvant_dev.loadgen import LoadResult, LoadShape, engine_retractions, generate_load
 from kvant_dev.netutil import free_port, http_ok, wait_until
 from kvant_dev.tinychat import ensure_tiny_chat_model
+from kvant_runtime.gate.engine_load import fetch_loads
 from kvant_runtime.prompt_counter import ByteEstimate, ModelTokenizer
 
 # Run by path, the bench has its own folder on sys.path, not the repository root.
@@ -333,12 +335,20 @@ async def fixed_run(engine: str, clients: int, per_client: int, stagger_s: float
 
 
 async def _engine_sample(session: aiohttp.ClientSession, engine: str) -> dict[str, float]:
+    """The engine's state from its `/v1/loads` snapshot, its counters from `/metrics`.
+
+    The state (KV tokens used, running, waiting) is read where both engines publish it at the same
+    moments: SGLang 0.5.23 and the simulator publish `/v1/loads` on every prefill batch and every 15
+    decode steps (`kvant_runtime.gate.engine_load`, what the gate acts on). SGLang's /metrics gauges
+    are no such measure: it sets them from its prefill log line, which counts the running batch
+    before the prefill joins it and reads the pool while the batch is being built (a prefill line
+    read 0.53 with 40 requests running where the decode line 40 decode steps later read 0.74), and
+    otherwise every 40 decode steps; the simulator's gauges follow every step. Read from /metrics,
+    the engine's usage looked 5-12 % lower than the simulator's for the same course."""
+    load = await fetch_loads(session, engine, 10.0, time.monotonic())
     async with session.get(f"{engine}/metrics") as response:
         text = await response.text()
     names = {
-        "token_usage": metric_names.TOKEN_USAGE,
-        "running": metric_names.NUM_RUNNING_REQS,
-        "queued": metric_names.NUM_QUEUE_REQS,
         "retracted": metric_names.NUM_RETRACTED_REQUESTS_TOTAL,
         "prompt_tokens": metric_names.PROMPT_TOKENS_TOTAL,
         "generation_tokens": metric_names.GENERATION_TOKENS_TOTAL,
@@ -347,7 +357,13 @@ async def _engine_sample(session: aiohttp.ClientSession, engine: str) -> dict[st
     for sample in prometheus_text.samples(text):
         if sample.name in series:
             series[sample.name].append((metric_names.scheduler_of(sample.labels), sample.value))
-    return {key: metric_names.combine(metric, series[metric]) or 0.0 for key, metric in names.items()}
+    counters = {key: metric_names.combine(metric, series[metric]) or 0.0 for key, metric in names.items()}
+    state = {
+        "token_usage": load.used_tokens / load.capacity,
+        "running": float(load.running),
+        "queued": float(load.waiting),
+    }
+    return state | counters
 
 
 def split_cpus() -> set[int] | None:
