@@ -340,11 +340,11 @@ async def _engine_sample(session: aiohttp.ClientSession, engine: str) -> dict[st
     The state (KV tokens used, running, waiting) is read where both engines publish it at the same
     moments: SGLang 0.5.23 and the simulator publish `/v1/loads` on every prefill batch and every 15
     decode steps (`kvant_runtime.gate.engine_load`, what the gate acts on). SGLang's /metrics gauges
-    are no such measure: it sets them from its prefill log line, which counts the running batch
-    before the prefill joins it and reads the pool while the batch is being built (a prefill line
-    read 0.53 with 40 requests running where the decode line 40 decode steps later read 0.74), and
-    otherwise every 40 decode steps; the simulator's gauges follow every step. Read from /metrics,
-    the engine's usage looked 5-12 % lower than the simulator's for the same course."""
+    are no such measure: it sets them from its log lines, on every prefill batch (which counts the
+    running batch before the new requests join, and whose usage reads low: one read 0.53 with 39
+    running and one joining, 54 tokens each where a prompt alone is 40, and the next decode line 0.74
+    with 41) and otherwise every 40 decode steps; the simulator's gauges follow every step. Read from
+    /metrics, the engine's usage looked 5-12 % lower than the simulator's for the same course."""
     load = await fetch_loads(session, engine, 10.0, time.monotonic())
     async with session.get(f"{engine}/metrics") as response:
         text = await response.text()
