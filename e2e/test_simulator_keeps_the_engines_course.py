@@ -11,8 +11,8 @@ model's tokenizer, the same cache and batch bound and the fitted profile, whose 
 Both engines' state is read from their `/v1/loads` snapshots, which both publish at the same moments
 (`real_engine._engine_sample` says why not from SGLang's /metrics gauges).
 Held to issue #39's bands (bench/protection/sim_course.py): token usage, its mean and each quarter,
-and retractions within 15 % of the engine's range, the first retraction within 0.15 of the requests
-done, the trace's time and median latency within 35 %.
+the largest running batch and retractions within 15 % of the engine's range, the first retraction
+within 0.15 of the requests done, the trace's time and median latency within 35 %.
 
 It fails where the simulator's admission departs from SGLang's: a simulator whose running requests
 reserve nothing of their remaining output and whose full batch admits again at once ran batches of
@@ -22,8 +22,8 @@ reserve nothing of their remaining output and whose full batch admits again at o
 Not compared here: the burst trace (every first request at once). On one CPU the engine's tokenizer
 process takes a burst in one request at a time beside its scheduler, so its cache fills more slowly
 for the first quarter than the simulator's, which admits what fits at once (bench/README.md, "The
-simulator beside the real engine"); a GPU server's frontend runs on other cores. About 3.8 minutes
-on the 2-core machine.
+simulator beside the real engine"); a GPU server's frontend runs on other cores. About 4 minutes
+alone on the 2-core machine (4.7 in the full suite).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ KV_TOKENS = 4096
 CLIENTS, PER_CLIENT = 64, 8
 ENGINE_RUNS = 3
 # A run's retraction count varies by a few either way on both engines (one trace, closed loops that
-# meet real timing): four simulator runs halve the spread of their mean against two.
+# meet real timing): the mean of four simulator runs spreads about 30 % less than the mean of two.
 SIMULATOR_RUNS = 4
 MEASURES = (
     "token_usage_mean",
