@@ -49,7 +49,17 @@ from bench.real_engine import real_engine
 
 from kvant_dev.tinychat import ensure_tiny_chat_model
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
+# Not in the default `make test`: it passed 10 runs in a row, then failed 2 of the next 4 on the
+# retraction count (the engine retracted exactly 10 times in each of its three runs, so the band was
+# 8.5-11.5, where the simulator's mean was 12.5; later 13 each against 8.8; bench/README.md, "The
+# simulator beside the real engine"). Within one life the engine repeats its count; the simulator's
+# moves by about three from run to run, more than the 15 % band. A test that fails one CI run in seven
+# would make CI red for no change. KVANT_SIM_COURSE=1 runs it.
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.timeout(1200),
+    pytest.mark.skipif(not os.environ.get("KVANT_SIM_COURSE"), reason="KVANT_SIM_COURSE=1 runs it"),
+]
 
 KV_TOKENS = 4096
 CLIENTS, PER_CLIENT = 64, 8
