@@ -64,8 +64,9 @@ pytestmark = [
 KV_TOKENS = 4096
 CLIENTS, PER_CLIENT = 64, 8
 ENGINE_RUNS = 3
-# A run's retraction count varies by a few either way on both engines (one trace, closed loops that
-# meet real timing): the mean of four simulator runs spreads about 30 % less than the mean of two.
+# A simulator run's retraction count moves by about three from run to run (its closed loop meets real
+# timing; the engine repeats its own within one life): the mean of four runs spreads about 30 % less
+# than the mean of two.
 SIMULATOR_RUNS = 4
 MEASURES = (
     "token_usage_mean",
@@ -109,7 +110,7 @@ def _spread(url: str) -> dict[str, Any]:
 
 def _mean_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The simulator's runs averaged: what sim_course compares, with its own run-to-run noise reduced
-    (its closed loop meets real timing too: its retractions ranged 10-16 over runs of one trace)."""
+    (its closed loop meets real timing too: its retractions ranged 6-18 over runs of one trace)."""
 
     def mean(values: list[float | None]) -> float | None:
         return None if None in values else sum(v for v in values if v is not None) / len(values)

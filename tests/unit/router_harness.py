@@ -9,7 +9,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ def http_status(url: str) -> int | None:
         return None
 
 
-def until(check: Callable[[], bool], what: str, procs: tuple[subprocess.Popen[Any], ...] = ()) -> None:
+def until(check: Callable[[], bool], what: str, procs: Sequence[subprocess.Popen[Any]] = ()) -> None:
     """Polls `check` for WAIT_SECONDS; fails at once if one of `procs` has exited."""
     deadline = time.monotonic() + WAIT_SECONDS
     while time.monotonic() < deadline:

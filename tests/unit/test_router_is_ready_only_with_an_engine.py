@@ -32,13 +32,11 @@ def test_a_router_is_ready_only_while_an_engine_is_healthy_and_alive_throughout(
     procs = [subprocess.Popen(smg, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)]
     try:
         # Its one engine is not up yet: alive, not ready.
-        until(lambda: http_status(router + liveness) == 200, "smg to answer its liveness path", tuple(procs))
+        until(lambda: http_status(router + liveness) == 200, "smg to answer its liveness path", procs)
         assert http_status(router + readiness) == 503
         sim = [*KVANT, "sim", "--model-name", "tiny", "--kv-tokens", "4000", "--port", port]
         procs.append(subprocess.Popen(sim, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-        until(
-            lambda: http_status(router + readiness) == 200, "smg to be ready once its engine is", tuple(procs)
-        )
+        until(lambda: http_status(router + readiness) == 200, "smg to be ready once its engine is", procs)
         assert http_status(router + liveness) == 200
     finally:
         for proc in procs:
