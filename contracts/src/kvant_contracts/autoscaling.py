@@ -1,19 +1,17 @@
 """The autoscaling contract: the gate's demand signal, the metric the cluster's autoscaler reads, and
 the defaults of `spec.autoscaling`. Each is written here once.
 
-The chain (docs/concepts/autoscaling.md): each gate exports DEMAND_GAUGE → Prometheus scrapes it per pod →
-prometheus-adapter serves ADAPTER_RULE's result as the custom metric DEMAND_METRIC on every engine pod
-→ the HorizontalPodAutoscaler the operator renders averages it over the model's engine pods (the
+The chain: each gate exports DEMAND_GAUGE → Prometheus scrapes it per pod → prometheus-adapter serves
+`adapter_rule()`'s query as the custom metric DEMAND_METRIC on every engine pod → the
+HorizontalPodAutoscaler the operator renders averages it over the model's engine pods (the
 QuantizedModel's scale subresource selects them) and sets `spec.serving.replicas` through that
 subresource → the operator rolls the Deployment to it.
 
-Demand is what a replica is asked to hold over what it may hold now. 1.0 is exactly full: the gate
-admits everything it is asked and queues nothing. Above 1.0 requests wait or are refused. It counts in
-the model's own units (KV tokens, as the gate reserves them) and in requests against the effective
-concurrency, and takes the larger: a replica whose protection loop has narrowed its concurrency
-shows more demand, so narrowing the limits and adding replicas pull the same way instead of fighting.
-Refusals add the share of requests refused over the last minute: a replica whose queue is full cannot
-show the demand it turned away in its queue.
+Demand is what a replica is asked to hold over what it may hold now: the larger of its KV tokens (held
+and waiting) over its token budget and its requests over the effective concurrency. 1.0 is exactly full;
+above it requests wait or are refused. DEMAND_METRIC adds the share of requests refused for want of
+room over REFUSAL_WINDOW.
+See docs/concepts/autoscaling.md ("The signal: demand, in the model's own units").
 """
 
 from __future__ import annotations

@@ -2,20 +2,14 @@
 
 On SIGTERM the gate turns not-ready (its readiness path answers 503), keeps admitting and serving
 whatever still reaches it, and exits once it holds nothing and nothing has arrived for
-DRAIN_QUIET_SECONDS, or at DRAIN_CEILING_SECONDS, whichever comes first. The engine container's preStop
-hook (`drain_wait_script`) holds the engine's SIGTERM until the gate has gone, so an in-flight request
-never loses its engine. The kubelet runs every container's preStop and SIGTERM in parallel, all within
-the pod's terminationGracePeriodSeconds (POD_TERMINATION_GRACE_SECONDS).
-
-The drain waits for the answers it holds to end, not for an estimate of how long they may take. An
-estimate can only cut an answer that would have finished: the one before issue #40 assumed
-`defaultMaxTokens` at 20 tokens/s (138 s with the default limits) and cut any longer answer a client
-had asked for. An idle pod still leaves at once, so the ceiling is paid only by a pod whose answers
-really are that long, or whose engine has stopped answering.
+DRAIN_QUIET_SECONDS, or at DRAIN_CEILING_SECONDS, whichever comes first. It waits for the answers it
+holds to end, never for an estimate of how long they may take. The engine container's preStop hook
+(`drain_wait_script`) holds the engine's SIGTERM until the gate has gone, so an in-flight request
+never loses its engine. The pod's terminationGracePeriodSeconds is POD_TERMINATION_GRACE_SECONDS.
 
 The ceiling is a constant the pod template carries, not derived from spec.limits: any change to the
 template rolls the pods and restarts every engine, and spec.limits promises that editing them never
-does.
+does. See docs/concepts/autoscaling.md ("Scale-in that drops nothing").
 """
 
 from __future__ import annotations

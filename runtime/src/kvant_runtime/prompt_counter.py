@@ -21,13 +21,11 @@ So the gate and the simulator count the way SGLang does:
 - token ids are their own count.
 
 The gate asks the engine first (`gate/engine_count.py`): this counter is its fallback, and the
-simulator's. The tokenizer is loaded as SGLang loads it (`tokenizer_files`): `tokenizer.json` through
-`tokenizers` (Rust, light; transformers is not imported), a SentencePiece, tiktoken or
-repository-code tokenizer through transformers, the repository's code only where the engine runs
-with `--trust-remote-code`. Without a tokenizer, `ByteEstimate` counts bytes/4 (a chat's tools by
-their JSON) and learns a correction from the prompt token counts the engine reports
-(`meta_info.prompt_tokens`, OpenAI `usage.prompt_tokens`): the ratio of reported to estimated
-tokens, averaged over recent answers, for text and chat prompts apart.
+simulator's. The tokenizer is loaded as SGLang loads it (`tokenizer_files`). Without a tokenizer,
+`ByteEstimate` counts bytes/4 (a chat's tools by their JSON) and learns a correction from the prompt
+token counts the engine reports (`meta_info.prompt_tokens`, OpenAI `usage.prompt_tokens`): the ratio
+of reported to estimated tokens, averaged over recent answers, for text and chat prompts apart.
+See docs/concepts/admission.md ("Prompt tokens").
 """
 
 from __future__ import annotations

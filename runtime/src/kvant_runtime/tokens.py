@@ -12,11 +12,10 @@ Where the served folder has the model's tokenizer, the gate and the simulator co
 
 What a whole request costs (batches, parallel samples, the output limit in every form SGLang reads)
 is `kvant_runtime.request_cost`; `DEFAULT_MAX_NEW_TOKENS` is SGLang's own default for `/generate`'s
-`max_new_tokens`. What a request reserves of its output depends on the admission mode: its whole limit
-under `worstCase`, the learned mean plus a shared margin under `forecast` (the default; see
-`kvant_runtime.gate.forecast`). `ESTIMATE_HEADROOM` is the share of the KV cache the gate leaves
-unreserved for the prompt count's error; a larger error shows up as engine token usage above target
-or as retractions, which the gate's local loop answers by lowering its concurrency.
+`max_new_tokens`. `ESTIMATE_HEADROOM` is the share of the KV cache the gate leaves unreserved for what
+its counts leave out, the prompt count's error among them; a larger error shows up as retractions,
+which the gate's local loop answers by lowering its concurrency. What a request reserves of its output
+depends on the admission mode: see docs/concepts/admission.md ("What a request reserves").
 """
 
 from __future__ import annotations

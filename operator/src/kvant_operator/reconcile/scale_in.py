@@ -1,20 +1,14 @@
 """Scale-in takes the replica with the least work: each pod's deletion cost, written when replicas drop.
 
-When a Deployment's replicas go down, its ReplicaSet picks the pods to delete: not ready before ready,
-then the lower `controller.kubernetes.io/pod-deletion-cost` first, then the newest. Without a cost the
-newest ready pod goes, whatever it holds, and its drain then holds its GPUs until its longest answer
-ends. So just before the operator lowers an engine Deployment's replicas, it writes each pod's cost:
-its engine's KV token usage in the last protection step, in thousandths (a fuller cache holds more
-unfinished answers). The pod holding the least leaves first, and its drain is the shortest.
-
-The costs are written only at a scale-in, one patch per pod whose cost moved, never on a periodic
-pass: at 1,000 models the API server's write load stays that of the reconciles. Between scale-ins a
-cost may be old; the next scale-in writes every pod's again first. Without samples (protection off,
-or no metrics yet) nothing is written, and Kubernetes' own order stands.
+Just before the operator lowers an engine Deployment's replicas, `mark_before_scale_in` writes each
+pod's deletion cost (`controller.kubernetes.io/pod-deletion-cost`): its engine's KV token usage in the
+last protection step, in thousandths (`COST_PER_USAGE`), so the ReplicaSet removes the pod holding the
+least first. Costs are written only here, one patch per pod whose cost moved, never on a periodic
+pass. Without usage samples nothing is written, and Kubernetes' own order stands.
 
 The write needs `patch` on pods; the chart's ValidatingAdmissionPolicy (pod-writes.yaml) lets the
 operator change nothing of a pod but this annotation. A refused write is logged and the scale-in goes
-on in Kubernetes' order.
+on in Kubernetes' order. See docs/concepts/autoscaling.md ("Which replica leaves").
 """
 
 from __future__ import annotations

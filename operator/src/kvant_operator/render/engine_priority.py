@@ -1,19 +1,15 @@
-"""Whether an engine orders its own waiting queue by class: SGLang's priority scheduling
-(`spec.serving.priorityScheduling`).
+"""Whether an engine orders its own waiting queue by class: SGLang's priority scheduling.
 
-The gate writes every request's class into SGLang's `priority` field
-(kvant_contracts.tenancy.ENGINE_PRIORITY) and keeps the engine's waiting queue short but not empty,
-so what it has granted still waits there a moment. With priority scheduling the engine orders that
-queue by the same classes; without it, first come, first served. Measured on the real engine under a
-sheddable flood (bench/README, "Priority scheduling and preemption inside the engine"): the critical
-tenant kept 0.95 of its goodput alone with it and 0.88 without, and the standard tenants were served
-better too. Preemption stays off in effect: the classes are at most 2 apart, under SGLang's
---priority-scheduling-preemption-threshold (10), and measured it cost the standard tenants more than
-it gave the critical one.
+It is `spec.serving.priorityScheduling` (unset: on). The gate writes every request's class into
+SGLang's `priority` field (kvant_contracts.tenancy.ENGINE_PRIORITY); with priority scheduling the
+engine orders its waiting queue by the same classes, without it first come, first served. Preemption
+stays off in effect: the classes are at most 2 apart, under SGLang's
+--priority-scheduling-preemption-threshold (10).
 
 SGLang 0.5.23 asserts --schedule-policy fcfs (its default) or lof with priority scheduling, so an
 engine whose engineArgs choose another policy keeps it and is not given priority scheduling, unless
 the spec asks for both (which the API refuses).
+Why, with the measurements: see docs/concepts/tenants.md ("The class in the engine").
 """
 
 from __future__ import annotations

@@ -1,20 +1,18 @@
 """A serving role's pod placement: topology spread, anti-affinity and tolerations (spec.serving.placement).
 
-Each role spreads among its own pods only (its Deployment's selector): two engine replicas on two
-nodes, two routers on two nodes, whatever the other roles do. What it renders, and why:
+`placement` renders one role's pod fields. Each role spreads among its own pods only (its Deployment's
+selector), whatever the other roles do:
 
-- Spread over nodes (`kubernetes.io/hostname`, maxSkew 1). `preferred` scores placements
-  (ScheduleAnyway): a cluster with fewer free nodes than replicas still runs them all. `required`
-  filters them (DoNotSchedule), and then a replica waits Pending rather than share a node unevenly.
-- Spread over zones (`topology.kubernetes.io/zone`), always ScheduleAnyway: nodes without the label
-  simply do not score, so a cluster without zones loses nothing. Prefill and decode pods do not
-  spread over zones: each KV cache moves from a prefill pod to a decode pod, and within a zone that
-  is cheap; they prefer the zone that already holds the model's engines instead.
-- A preferred anti-affinity on the node, besides the spread: the spread's score is one of several
-  the scheduler weighs (resource balance among them), and the anti-affinity makes "not beside a pod
-  of the same role" count for more.
-- Tolerations of a not-ready and an unreachable node for `lostNodeSeconds` when it is set (else
-  Kubernetes' admission gives 300 s), then the user's own tolerations.
+- over nodes (`kubernetes.io/hostname`, maxSkew 1): ScheduleAnyway under `preferred`, DoNotSchedule
+  under `required`;
+- over zones (`topology.kubernetes.io/zone`), always ScheduleAnyway; prefill and decode pods do not
+  spread over zones but prefer the zone that already holds the model's engines;
+- a preferred anti-affinity to the role's own pods on a node, besides the spread;
+- tolerations of a not-ready and an unreachable node for `lostNodeSeconds` when it is set (else
+  Kubernetes' admission gives 300 s), then the user's own tolerations. `spread: none` renders these
+  tolerations only.
+
+Why each one: see docs/concepts/placement.md ("What each role gets").
 """
 
 from __future__ import annotations

@@ -1,22 +1,15 @@
 """The router role: the SGLang Model Gateway (`smg`) in front of a model's gates.
 
-With several replicas (or prefill/decode) a model needs one front door that knows its engines:
-smg discovers the engine pods by label (`kvant.dev/component=engine`, the kind every engine role
-carries), routes to their gates' port with the spec's policy (cache_aware keeps repeated prefixes
-where they are cached), leaves out a worker whose KV usage reaches `protection.targetTokenUsage`
-(so it steers away before a gate must refuse), and retries a refused request on another replica.
-Kvant writes none of that; it renders smg's command line, validated by smg's own parser in a test.
-
-Objects: a Deployment, a PDB, and the router's API identity (`render.api_identity`): a ServiceAccount
-whose Role allows get, list and watch on pods in the model's namespace, its token mounted into the
-router container. The
-model's Service selects the router instead of the engines while the router is on.
-
-Several router replicas form an smg mesh (`--enable-mesh`): they gossip their cache-aware prefix
-trees, so a prefix one router placed is found by the others. Without it each replica keeps its own
-tree, and a prefix shared by clients behind different routers lands on as many engines as there are
-routers. The peers find each other through a headless Service (`<router>-mesh`, not-ready addresses
-published, so replicas starting together can join).
+smg does the routing: it discovers the engine pods by label (`kvant.dev/component=engine`, the kind
+every engine role carries), routes to their gates' port with the spec's policy, leaves out a worker
+whose KV usage reaches `protection.targetTokenUsage` and retries a refused request on another replica.
+Kvant writes none of that; it renders smg's command line, validated by smg's own parser in a test,
+and the objects around it: a Deployment, a PDB, the router's API identity (`render.api_identity`: a
+ServiceAccount whose Role allows get, list and watch on pods in the model's namespace, its token
+mounted into the router container) and, for several replicas, the headless Service `<router>-mesh`
+(not-ready addresses published, so replicas starting together can join) through which smg's mesh peers
+find each other. The model's Service selects the router instead of the engines while the router is on.
+See docs/concepts/router.md ("What it is").
 """
 
 from __future__ import annotations

@@ -1,29 +1,28 @@
 """Admission: who may run now, who waits, who is turned away. Pure logic, no HTTP; the one writer.
 
-The stages (`kvant_runtime.gate.admit`, docs/concepts/admission.md):
+The stages (`kvant_runtime.gate.admit`):
 1. **The door** (`acquire`): one `Waiter` is built; a request larger than the whole token budget is
    refused (413) unless `oversizeRequests: runAlone`; a tenant over its token rate is refused (429).
 2. **The engine's room** (`admit.room`, set by the gate's loops) and **the policies**
    (`admit.policies.over`): which limits the request would break if started now. In `engine` admission
-   (the default) the gate keeps the engine's own waiting queue short but never empty and lets the
-   engine reserve KV, as it does anyway (`admit.engine_queue`); in `worstCase` and `forecast` the gate
+   (the default) the engine reserves KV, and the gate keeps its queue short and bounds the cache's
+   future peak (`admit.engine_queue`, `admit.kv_peak`); in `worstCase` and `forecast` the gate
    reserves tokens itself (`admit.token_budget`). Every mode caps requests in flight at the effective
-   concurrency, which the local loop narrows when the engine retracts.
+   concurrency.
 3. **The waiting room's order** (`admit.waiting_room`): class, then fair share among tenants, then
-   deadline, then arrival. The chosen request is not overtaken: a large one that does not fit yet
-   blocks the smaller ones behind it, so it is never starved.
+   deadline, then arrival. The chosen request is not overtaken.
 4. **The grant** (`_grant`): the only place a request starts to hold. On arrival when it would lead
    the queue and breaks no policy; otherwise by `_dispatch` when a release or a new room lets the
    head through.
 5. **Release** (`release`, in the proxy's `finally`): the account, the tenant's share, the drain rate.
 
-Before queueing, a request that `queue_wait` says cannot start within its deadline (the tokens ahead
-of it draining, then the wait for room of its own that recent queued requests saw) is refused at once
-(429 `deadline`), and a full queue evicts or refuses (`admit.shedding`). A request
-waits at most min(queueTimeoutSeconds, its `X-Kvant-Deadline-Ms` budget).
+Before queueing, a request that `queue_wait` says cannot start within its deadline is refused at once
+(429 `deadline`), and a full queue evicts or refuses (`admit.shedding`). A request waits at most
+min(queueTimeoutSeconds, its `X-Kvant-Deadline-Ms` budget).
 
 `observe` admits everything and reports which policies would have held it; `off` admits everything.
 In-flight counts are kept in every mode, so switching modes is seamless.
+See docs/concepts/admission.md ("The gate, per pod").
 """
 
 from __future__ import annotations

@@ -1,19 +1,17 @@
 """`engine` admission: keep the engine's own waiting queue short but never empty.
 
-SGLang already reserves KV for what it takes from its waiting queue, exactly, with pages, and counts
-the radix cache's evictable tokens as room (`PrefillAdder`); a gate that reserved the same tokens again
-would keep the engine's queue dry and its batch below what the cache holds. So the gate lets a request
-through while the engine has fewer than `depth` waiting, and holds the rest in its own queue, where
-classes, fair shares and deadlines order them and where refusals are fast.
+SGLang already reserves KV exactly for what it takes from its waiting queue (`PrefillAdder`), so the
+gate does not reserve it again: it lets a request through while the engine has fewer than `depth`
+waiting, and holds the rest in its own queue, where classes, fair shares and deadlines order them.
 
 What the engine has waiting is read from its `/v1/loads` snapshot, which lags by up to about 15
 decode steps; what the gate let through since is not in it yet. So the waiting count is the larger
 of the snapshot's and the gate's in-flight requests less the snapshot's running ones: a request the
 gate sent counts as waiting until the engine reports it running.
 
-Retractions come from the engine's optimism about its running batch, not from its queue; the local
-loop narrows the effective concurrency when they rise (`kvant_runtime.gate.concurrency`). A snapshot
-that is missing or stale counts as saturated: one request at a time, so traffic never stops.
+A snapshot that is missing or stale counts as saturated: one request at a time, so traffic never
+stops. Why a short queue and no second reservation: see docs/concepts/admission.md
+("`engine` admission (the default): no second reservation").
 """
 
 from __future__ import annotations
