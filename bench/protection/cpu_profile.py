@@ -11,7 +11,9 @@ fits the same terms, so the simulator beside it runs on the engine's clock:
   Least squares over (B, context tokens) gives the base, the per-request and the per-context-token
   terms; the last becomes the simulator's KV read bandwidth for the model's KV bytes per token.
 - prefill: one request at a time with `max_new_tokens` 1, prompts of two lengths; the time to the
-  answer's slope over the prompt tokens is the per-token prefill cost.
+  answer's slope over the prompt tokens is the per-token prefill cost. Its fixed part is the decode
+  base: both are one forward pass of the same model (the intercept of the prefill line would carry
+  the HTTP round trip and the tokenizer process besides).
 
 The fit is printed with its residuals, so a profile that does not describe the engine says so.
 """
@@ -48,6 +50,7 @@ class CpuProfile:
             "--kv-bytes-per-token", str(kv_bytes_per_token),
             "--kv-read-gbps", f"{self.kv_read_gbps:.6f}",
             "--prefill-per-token-us", f"{self.prefill_per_token_us:.3f}",
+            "--prefill-base-ms", f"{self.decode_base_ms:.4f}",  # one forward pass's fixed part
         ]  # fmt: skip
 
 

@@ -6,6 +6,8 @@ import random
 
 import pytest
 
+from kvant_cli.main import main
+from kvant_runtime.sim.cost import CostModel
 from kvant_runtime.sim.engine import Engine, EngineConfig, Request, RequestRejected, StepResult
 
 
@@ -168,6 +170,38 @@ def test_decode_steps_grow_with_batch_and_context():
         assert decode is not None
         durations[(batch, prompt)] = decode.duration
     assert durations[(1, 100)] < durations[(8, 100)] < durations[(8, 2000)]
+
+
+def test_a_prefill_step_costs_a_fixed_forward_pass_plus_its_tokens():
+    # A prefill is one forward pass, like a decode step: its fixed part is charged once per step,
+    # however many prompts it takes; a step over KV that arrived by transfer computes nothing.
+    cost = CostModel(prefill_base_s=0.004, prefill_per_token_s=20e-6)
+    config = EngineConfig(kv_tokens=10_000, max_running_requests=8, context_length=4096, cost=cost)
+    engine = Engine(config)
+    for i in range(3):
+        engine.submit(f"r{i}", 100, 4, 0.0, prompt_key=str(i))
+    engine.submit("moved", 100, 4, 0.0, prompt_key="moved", kv_transferred=True)
+    step = engine.step(0.0)
+    assert step is not None and step.kind == "prefill" and step.prefill_tokens == 300
+    assert step.duration == pytest.approx(0.004 + 300 * 20e-6)
+    transferred = Engine(config)
+    transferred.submit("moved", 100, 4, 0.0, prompt_key="moved", kv_transferred=True)
+    only_moved = transferred.step(0.0)
+    assert only_moved is not None and only_moved.kind == "prefill" and only_moved.duration == 0.0
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--prefill-base-ms", "-1"),
+        ("--decode-base-ms", "nan"),
+        ("--prefill-per-token-us", "-0.5"),
+        ("--kv-read-gbps", "0"),
+    ],
+)
+def test_kvant_sim_refuses_a_time_it_cannot_run_with_naming_the_flag(flag, value, capsys):
+    assert main(["sim", "--model-name", "tiny", "--kv-tokens", "4000", flag, value]) == 2
+    assert f"kvant sim: {flag} must be a " in capsys.readouterr().err
 
 
 def test_a_retraction_costs_a_re_prefill_of_the_prompt_and_every_token_generated_so_far():

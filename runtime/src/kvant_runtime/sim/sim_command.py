@@ -104,6 +104,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     cost.add_argument(
         "--prefill-per-token-us", type=float, default=20.0, help="prefill time per prompt token"
     )
+    cost.add_argument(
+        "--prefill-base-ms", type=float, default=0.0, help="fixed time of a prefill step (default 0)"
+    )
     parser.set_defaults(run=run)
 
 
@@ -133,15 +136,10 @@ def run(args: argparse.Namespace) -> int:
         kv_tokens, dtype, page_size = plan.kv_tokens, plan.kv_cache_dtype, plan.page_size
         kv_bytes = kv_bytes or plan.kv_bytes_per_token
     dtype, page_size = args.kv_cache_dtype or dtype, args.page_size or page_size
-    positive = (
-        ("--kv-tokens", kv_tokens),
-        ("--max-running-requests", args.max_running_requests),
-        ("--stream-interval", args.stream_interval),
-    )
-    for flag, value in positive:
-        if value <= 0:
-            print(f"kvant sim: {flag} must be a positive integer, got {value}", file=sys.stderr)
-            return 2
+    refusal = _refusal(args, kv_tokens)
+    if refusal is not None:
+        print(f"kvant sim: {refusal}", file=sys.stderr)
+        return 2
     try:
         lengths = parse_output_lengths(args.output_lengths) if args.output_lengths else None
     except OutputLengthsError as error:
@@ -153,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
         kv_bytes_per_token=kv_bytes or CostModel.kv_bytes_per_token,
         kv_read_bytes_per_s=args.kv_read_gbps * 1e9,
         prefill_per_token_s=args.prefill_per_token_us / 1e6,
+        prefill_base_s=args.prefill_base_ms / 1e3,
     )
     knobs = _scheduler_knobs(args.schedule_conservativeness)
     if isinstance(knobs, str):
@@ -195,6 +194,30 @@ def run(args: argparse.Namespace) -> int:
     )
     web.run_app(server.app(), host=args.host, port=args.port, print=None, access_log=None)
     return 0
+
+
+def _refusal(args: argparse.Namespace, kv_tokens: int) -> str | None:
+    """The first flag whose value the simulator cannot run with, named, or None."""
+    counts = (
+        ("--kv-tokens", kv_tokens),
+        ("--max-running-requests", args.max_running_requests),
+        ("--stream-interval", args.stream_interval),
+    )
+    for flag, value in counts:
+        if value <= 0:
+            return f"{flag} must be a positive integer, got {value}"
+    times = (
+        ("--decode-base-ms", args.decode_base_ms),
+        ("--decode-per-request-ms", args.decode_per_request_ms),
+        ("--prefill-per-token-us", args.prefill_per_token_us),
+        ("--prefill-base-ms", args.prefill_base_ms),
+    )
+    for flag, amount in times:
+        if not amount >= 0:  # NaN too
+            return f"{flag} must be a non-negative number, got {amount}"
+    if not args.kv_read_gbps > 0:
+        return f"--kv-read-gbps must be a positive number, got {args.kv_read_gbps}"
+    return None
 
 
 def _scheduler_knobs(conservativeness: float) -> dict[str, float] | str:
