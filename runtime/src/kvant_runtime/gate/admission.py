@@ -8,7 +8,7 @@ The stages (`kvant_runtime.gate.admit`):
    (the default) the engine reserves KV, and the gate keeps its queue short and bounds the cache's
    future peak (`admit.engine_queue`, `admit.kv_peak`); in `worstCase` and `forecast` the gate
    reserves tokens itself (`admit.token_budget`). Every mode caps requests in flight at the effective
-   concurrency.
+   concurrency, which the local loop narrows when the engine retracts (`gate.concurrency`).
 3. **The waiting room's order** (`admit.waiting_room`): class, then fair share among tenants, then
    deadline, then arrival. The chosen request is not overtaken.
 4. **The grant** (`_grant`): the only place a request starts to hold. On arrival when it would lead

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from kvant_contracts import engine_scheduler
 from kvant_contracts.kv_dtypes import KV_DTYPE_NAMES, KvCacheDtype
+from kvant_runtime.sim.cost import CostModel
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -92,21 +93,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     cost = parser.add_argument_group("cost model (see kvant_runtime.sim.cost)")
     cost.add_argument(
-        "--decode-base-ms", type=float, default=10.0, help="decode step time at batch 1, no context"
-    )
-    cost.add_argument(
-        "--decode-per-request-ms", type=float, default=0.5, help="added per request in the batch"
-    )
-    cost.add_argument(
         "--kv-bytes-per-token", type=int, help="KV bytes per token per GPU (default: the plan's)"
     )
-    cost.add_argument("--kv-read-gbps", type=float, default=3500.0, help="effective KV read bandwidth, GB/s")
-    cost.add_argument(
-        "--prefill-per-token-us", type=float, default=20.0, help="prefill time per prompt token"
-    )
-    cost.add_argument(
-        "--prefill-base-ms", type=float, default=0.0, help="fixed time of a prefill step (default 0)"
-    )
+    for flag, default, meaning in _cost_flags():
+        cost.add_argument(flag, type=float, default=default, help=f"{meaning} (default %(default)s)")
     parser.set_defaults(run=run)
 
 
@@ -114,7 +104,6 @@ def run(args: argparse.Namespace) -> int:
     from aiohttp import web  # noqa: PLC0415
 
     from kvant_runtime.prompt_counter import load_counter  # noqa: PLC0415
-    from kvant_runtime.sim.cost import CostModel  # noqa: PLC0415
     from kvant_runtime.sim.engine import Engine, EngineConfig  # noqa: PLC0415
     from kvant_runtime.sim.output_lengths import OutputLengthsError, parse_output_lengths  # noqa: PLC0415
     from kvant_runtime.sim.plan_file import PlanError, read_plan_capacity  # noqa: PLC0415
@@ -196,6 +185,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+# The cost model's times, in each flag's unit: the flag, its default (CostModel's own, the GPU
+# profile), what it sets.
+def _cost_flags() -> tuple[tuple[str, float, str], ...]:
+    gpu = CostModel()
+    return (
+        ("--decode-base-ms", gpu.decode_base_s * 1e3, "decode step time at batch 1, no context"),
+        ("--decode-per-request-ms", gpu.decode_per_request_s * 1e3, "added per request in the batch"),
+        ("--kv-read-gbps", gpu.kv_read_bytes_per_s / 1e9, "effective KV read bandwidth, GB/s"),
+        ("--prefill-per-token-us", gpu.prefill_per_token_s * 1e6, "prefill time per prompt token"),
+        ("--prefill-base-ms", gpu.prefill_base_s * 1e3, "fixed time of a prefill step"),
+    )
+
+
 def _refusal(args: argparse.Namespace, kv_tokens: int) -> str | None:
     """The first flag whose value the simulator cannot run with, named, or None."""
     counts = (
@@ -206,17 +208,12 @@ def _refusal(args: argparse.Namespace, kv_tokens: int) -> str | None:
     for flag, value in counts:
         if value <= 0:
             return f"{flag} must be a positive integer, got {value}"
-    times = (
-        ("--decode-base-ms", args.decode_base_ms),
-        ("--decode-per-request-ms", args.decode_per_request_ms),
-        ("--prefill-per-token-us", args.prefill_per_token_us),
-        ("--prefill-base-ms", args.prefill_base_ms),
-    )
-    for flag, amount in times:
+    for flag, _, _ in _cost_flags():
+        amount = getattr(args, flag.removeprefix("--").replace("-", "_"))
+        if flag == "--kv-read-gbps" and not amount > 0:  # a divisor
+            return f"{flag} must be a positive number, got {amount}"
         if not amount >= 0:  # NaN too
             return f"{flag} must be a non-negative number, got {amount}"
-    if not args.kv_read_gbps > 0:
-        return f"--kv-read-gbps must be a positive number, got {args.kv_read_gbps}"
     return None
 
 
