@@ -21,14 +21,10 @@ lint: venv
 	$$VENV/bin/mypy
 
 # The whole suite: lint, unit, integration (real apiserver) and e2e (local cluster).
-# The failures are listed again last (hack/failures.py), after the interpreter's own exit output.
+# Two lanes at once, the host-only unit tests beside the cluster tests (hack/test_suite.py); the
+# failures of both are listed again last (hack/failures.py), after the interpreter's own exit output.
 test: tools venv lint
-	@VENV=$$($(VENV_CMD)); start=$$SECONDS; report=$$(mktemp -d)/junit.xml; status=0
-	$$VENV/bin/python -m pytest -p no:cacheprovider --durations=30 --junitxml="$$report" $(PYTEST_ARGS) || status=$$?
-	echo "[make] test suite took $$((SECONDS-start))s"
-	$$VENV/bin/python hack/failures.py "$$report"
-	rm -rf "$$(dirname "$$report")"
-	exit $$status
+	@VENV=$$($(VENV_CMD)); cd "$(CURDIR)"; $$VENV/bin/python -m hack.test_suite "$$VENV" $(PYTEST_ARGS)
 
 unit: venv
 	@VENV=$$($(VENV_CMD)); $$VENV/bin/python -m pytest -p no:cacheprovider -m "not cluster" tests/unit $(PYTEST_ARGS)

@@ -36,7 +36,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     host_leftovers.drop_tool_caches()
     files_before, network_before = session.config.stash[_HOST_BEFORE]
     left = host_leftovers.new_since(files_before, host_leftovers.snapshot())
-    left += host_leftovers.new_since(network_before, host_leftovers.network_snapshot())
+    if not host_leftovers.shares_host_with_a_cluster():
+        left += host_leftovers.new_since(network_before, host_leftovers.network_snapshot())
     if left:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:

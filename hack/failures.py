@@ -29,22 +29,27 @@ def failures(report: Path) -> list[str]:
     return blocks
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: failures.py JUNIT_XML", file=sys.stderr)
-        return 2
-    report = Path(argv[0])
-    if not report.is_file():
-        print(f"[failures] no report at {report}: pytest ended before writing it")
-        return 0
-    try:
-        blocks = failures(report)
-    except ElementTree.ParseError as error:
-        print(f"[failures] the report at {report} is not XML: {error}")
-        return 0
+def report_failures(reports: list[Path]) -> None:
+    """Prints every failure of every report, or that a report is missing or unreadable."""
+    blocks: list[str] = []
+    for report in reports:
+        if not report.is_file():
+            print(f"[failures] no report at {report}: pytest ended before writing it")
+            continue
+        try:
+            blocks += failures(report)
+        except ElementTree.ParseError as error:
+            print(f"[failures] the report at {report} is not XML: {error}")
     print(f"[failures] {len(blocks)} failed:" if blocks else "[failures] none")
     for block in blocks:
         print(block)
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: failures.py JUNIT_XML...", file=sys.stderr)
+        return 2
+    report_failures([Path(arg) for arg in argv])
     return 0
 
 

@@ -35,6 +35,7 @@ WATCHED = (
 # repository's own code before it imports it (trust_remote_code), read when transformers is imported.
 TOOL_CACHE_VARIABLES = ("KUBECACHEDIR", "SGLANG_CACHE_DIR", "MPLCONFIGDIR", "HF_MODULES_CACHE")
 _REDIRECTED = "KVANT_TEST_TOOL_CACHES"
+SHARES_HOST = "KVANT_SUITE_SHARES_HOST"  # set by hack/test_suite.py for its unit lane
 _CLUSTER_LINK = re.compile(r"^\d+: (kvant\d+n?)[@:]", re.MULTILINE)
 
 
@@ -55,6 +56,12 @@ def network_snapshot() -> set[str]:
     found = {f"link {name}" for name in _CLUSTER_LINK.findall(links)}
     found.update(f"route {line}" for line in routes.splitlines() if "198.18." in line or "198.19." in line)
     return found
+
+
+def shares_host_with_a_cluster() -> bool:
+    """True in `make test`'s unit lane (hack/test_suite.py), which starts no cluster but runs beside
+    the lane that does: the links that lane's cluster adds meanwhile are its own to check."""
+    return os.environ.get(SHARES_HOST) == "1"
 
 
 def new_since(before: set[str], after: set[str]) -> list[str]:

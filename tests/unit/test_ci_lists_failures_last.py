@@ -3,6 +3,7 @@ so a CI log's tail names them all, whatever the interpreter prints while it exit
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -48,3 +49,43 @@ def test_a_missing_or_broken_report_is_said_not_raised(tmp_path: Path) -> None:
         [sys.executable, str(FAILURES), str(broken)], check=False, capture_output=True, text=True
     )
     assert said.returncode == 0 and "is not XML" in said.stdout, said.stdout + said.stderr
+
+
+def _run_lanes(tree: Path, e2e_passes: bool) -> subprocess.CompletedProcess[str]:
+    """`make test`'s two lanes (hack/test_suite.py) over a sample tree: a host-only test under
+    `tests` that fails, a cluster test that passes, an e2e test that passes or fails."""
+    (tree / "tests").mkdir()
+    (tree / "tests" / "test_host.py").write_text(
+        "def test_unit_lane_fails():\n    assert 1 == 2, 'host-only'\n"
+    )
+    (tree / "test_cluster.py").write_text(
+        "import pytest\n\n@pytest.mark.cluster\ndef test_cluster_lane_passes():\n    assert True\n\n"
+        f"@pytest.mark.e2e\ndef test_e2e_lane():\n    assert {e2e_passes}, 'cluster-side'\n"
+    )
+    venv = Path(sys.executable).parent.parent
+    return subprocess.run(
+        [sys.executable, "-m", "hack.test_suite", str(venv)],
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_a_failure_in_the_unit_lane_alone_fails_the_suite(tmp_path: Path) -> None:
+    ran = _run_lanes(tmp_path, e2e_passes=True)
+    out = ran.stdout
+    assert ran.returncode != 0, out
+    assert "[failures] 1 failed:" in out and "test_unit_lane_fails" in out and "host-only" in out, out
+    # The cluster lane ran the other two and only them (each test exactly once in all).
+    assert "2 passed" in out and "the unit lane" in out and "test suite took" in out, out
+
+
+def test_both_lanes_failures_are_listed_last(tmp_path: Path) -> None:
+    ran = _run_lanes(tmp_path, e2e_passes=False)
+    out = ran.stdout
+    assert ran.returncode != 0, out
+    assert "[failures] 2 failed:" in out, out
+    listed = out[out.index("[failures]") :]
+    assert "test_unit_lane_fails" in listed and "test_e2e_lane" in listed and "cluster-side" in listed
