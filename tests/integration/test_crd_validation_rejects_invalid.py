@@ -232,6 +232,49 @@ CREATE_CASES = [
         "spec.serving.scheduler.minNewTokenRatioFactor",
         False,
     ),
+    # The adapter pool (spec.serving.lora): each number SGLang would refuse, and the CPU backend.
+    ("lora-rank-zero", {"serving": {"lora": {"maxRank": 0}}}, "spec.serving.lora.maxRank", False),
+    ("lora-rank-too-large", {"serving": {"lora": {"maxRank": 513}}}, "spec.serving.lora.maxRank", False),
+    ("lora-without-rank", {"serving": {"lora": {"slots": 4}}}, "spec.serving.lora.maxRank", False),
+    (
+        "lora-unknown-target",
+        {"serving": {"lora": {"maxRank": 16, "targetModules": ["q_proj", "lm_head"]}}},
+        "spec.serving.lora.targetModules",
+        False,
+    ),
+    (
+        "lora-no-targets",
+        {"serving": {"lora": {"maxRank": 16, "targetModules": []}}},
+        "spec.serving.lora.targetModules",
+        False,
+    ),
+    ("lora-zero-slots", {"serving": {"lora": {"maxRank": 16, "slots": 0}}}, "spec.serving.lora.slots", False),
+    (
+        "lora-max-loaded-below-slots",
+        {"serving": {"lora": {"maxRank": 16, "slots": 8, "maxLoaded": 4}}},
+        "spec.serving.lora.maxLoaded",
+        True,
+    ),
+    (
+        "lora-on-sglangs-cpu-backend",
+        {
+            "serving": {
+                "engine": "sglang",
+                "device": "cpu",
+                "gpu": DELETE,
+                "cpu": {"memoryGiB": 8},
+                "lora": {"maxRank": 16},
+            }
+        },
+        "spec.serving.lora",
+        True,
+    ),
+    (
+        "lora-flag-in-engine-args",
+        {"serving": {"engineArgs": ["--max-lora-rank=64"]}},
+        "spec.serving.engineArgs",
+        True,
+    ),
     ("unknown-source-scheme", {"source": {"uri": "ftp://host/model"}}, "spec.source.uri", True),
     (
         "calibration-dataset-leaves-the-source",

@@ -20,6 +20,7 @@ names are the CRD's (`tensorParallel`, `memFractionStatic`, `engineArgs`, ...):
     host: 0.0.0.0
     port: 30000
     scheduler: {}                           # SGLang's admission knobs (kvant_contracts.engine_scheduler)
+    lora: null                              # adapter pool (kvant_contracts.lora); null = LoRA off
     engineArgs: []                          # passthrough, validated by SGLang's parser
 """
 
@@ -33,6 +34,7 @@ from typing import Any
 
 from kvant_contracts import engine_scheduler
 from kvant_contracts.kv_dtypes import KV_DTYPE_NAMES
+from kvant_contracts.lora import LoraEnvelope
 from kvant_contracts.weight_formats import FORMATS
 
 DISAGGREGATION_ROLES = ("prefill", "decode")
@@ -76,6 +78,8 @@ class LaunchSpec:
     engineArgs: tuple[str, ...] = ()
     # SGLang's admission knobs the model sets, by field name; the rest stay at SGLang's defaults.
     scheduler: dict[str, float] = field(default_factory=dict)
+    # The adapter pool every engine of the model reserves; None: LoRA off.
+    lora: LoraEnvelope | None = None
 
     def __post_init__(self) -> None:
         _one_of("weightsFormat", self.weightsFormat, tuple(FORMATS))
@@ -111,6 +115,7 @@ class LaunchSpec:
         the first release are left out at their default: the text is in the engine's pod template, and
         an operator upgrade that changed it would restart every engine it serves."""
         fields_ = {**asdict(self), "engineArgs": list(self.engineArgs), "scheduler": dict(self.scheduler)}
+        fields_["lora"] = self.lora.to_json() if self.lora is not None else None
         for name in _ADDED_LATER:
             if fields_[name] == _DEFAULTS[name]:
                 del fields_[name]
@@ -118,7 +123,7 @@ class LaunchSpec:
 
 
 # Fields added to the spec after the first release (see to_json).
-_ADDED_LATER = ("device", "scheduler")
+_ADDED_LATER = ("device", "scheduler", "lora")
 _DEFAULTS: dict[str, Any] = {
     f.name: f.default if f.default_factory is MISSING else f.default_factory() for f in fields(LaunchSpec)
 }
@@ -167,6 +172,11 @@ def spec_from_dict(raw: dict[str, Any], source: str = "launch spec") -> LaunchSp
         if not isinstance(values["engineArgs"], list):
             raise SpecError(f"{source}: engineArgs must be a list of strings, got {values['engineArgs']!r}")
         values["engineArgs"] = tuple(values["engineArgs"])
+    if values.get("lora") is not None:
+        try:
+            values["lora"] = LoraEnvelope.from_json(values["lora"], source)
+        except ValueError as error:
+            raise SpecError(str(error)) from None
     try:
         return LaunchSpec(**values)
     except SpecError as error:

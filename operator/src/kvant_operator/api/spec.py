@@ -25,6 +25,7 @@ from kvant_contracts.cpu_serving import CPU_E5M2_REASON
 from kvant_contracts.kv_dtypes import DEFAULT_KV_DTYPE, FP8_KV_DTYPE_NAMES, KvCacheDtype
 from kvant_contracts.launch_spec import Device
 from kvant_contracts.limits import AdmissionMode, Limits, Oversize, ProtectionMode
+from kvant_contracts.lora import DEFAULT_SLOTS, DEFAULT_TARGETS, LoraEnvelope, LoraTarget
 from kvant_contracts.retraction_rate import RETRACTION_WINDOW_SECONDS
 from kvant_contracts.sglang_metrics import TOKEN_USAGE
 from kvant_contracts.tenancy import DEFAULT_TENANT, OTHER_TENANTS, PRIORITIES, TENANT_NAME, Tenancy
@@ -50,7 +51,8 @@ DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?
 OWNED_ENGINE_FLAGS = (
     "kv-cache-dtype|tp|tp-size|tensor-parallel-size|mem-fraction-static|page-size|"
     "max-running-requests|max-queued-requests|model-path|host|port|disaggregation-mode|disaggregation-bootstrap-port|"
-    "admin-api-key|api-key|device"
+    "admin-api-key|api-key|device|enable-lora|max-lora-rank|lora-target-modules|max-loras-per-batch|"
+    "max-loaded-loras|lora-paths"
 )
 OWNED_FLAG_PATTERN = rf"^--({OWNED_ENGINE_FLAGS})(=.*)?$"
 MAX_ENGINE_ARGS = 64
@@ -382,7 +384,7 @@ def _no_owned_flags(path: str) -> Rule:
         "(spec.kvCache.dtype), --tp-size (spec.serving.tensorParallel), --mem-fraction-static "
         "(spec.serving.memFractionStatic), --page-size (spec.serving.pageSize), --max-running-requests and "
         "--max-queued-requests (spec.limits), --model-path, --host, --port, --disaggregation-mode, --device "
-        "(spec.serving.device)",
+        "(spec.serving.device), --enable-lora and the LoRA pool's flags (spec.serving.lora)",
         field_path=".engineArgs",
         holds=lambda m: not any(re.search(OWNED_FLAG_PATTERN, a) for a in m.engine_args),
     )
@@ -567,6 +569,65 @@ class RouterSpec(ApiModel):
     replicas: int = Field(default=2, ge=1, le=16, description="Router replicas (a PDB keeps one up).")
 
 
+# A target's name, with the length bound the API server's CEL cost estimate needs under a rule.
+LoraTargetName = Annotated[LoraTarget, Field(json_schema_extra={"maxLength": max(map(len, LoraTarget))})]
+
+
+class LoraSpec(ApiModel):
+    """The adapter pool every engine of the model reserves at start (docs/concepts/adapters.md).
+
+    SGLang sizes the pool from these four numbers before it sizes the KV cache, so the planner takes
+    the pool's bytes out of the KV budget (status.plan.loraPoolBytesPerGPU). Launch settings: an edit
+    restarts the engines, replica by replica."""
+
+    rules = (
+        Rule(
+            cel="!has(self.maxLoaded) || self.maxLoaded >= self.slots",
+            message="spec.serving.lora.maxLoaded (adapters held in host memory) must be at least "
+            "spec.serving.lora.slots (adapters on the device at once); SGLang refuses fewer",
+            field_path=".maxLoaded",
+            holds=lambda s: s.max_loaded is None or s.max_loaded >= s.slots,
+        ),
+    )
+
+    max_rank: int = Field(
+        ge=1,
+        le=512,
+        description="The largest LoRA rank an adapter may have (--max-lora-rank). Every slot is sized "
+        "at this rank, so it sets the pool's size.",
+    )
+    target_modules: list[LoraTargetName] = Field(
+        default_factory=lambda: list(DEFAULT_TARGETS),
+        min_length=1,
+        max_length=len(LoraTarget),
+        description="The projections adapters may change (--lora-target-modules). SGLang keeps one "
+        "buffer for q/k/v and one for gate/up, so naming one of them sizes its whole stack. Unset: "
+        "every attention and MLP projection.",
+    )
+    slots: int = Field(
+        default=DEFAULT_SLOTS,
+        ge=1,
+        le=64,
+        description="Adapters one batch may use at once (--max-loras-per-batch). The base model takes "
+        "one slot whenever a batch holds a request without an adapter.",
+    )
+    max_loaded: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="Adapters each engine keeps in host memory (--max-loaded-loras); past it SGLang "
+        "drops the least recently used. Unset: no bound.",
+    )
+
+    def envelope(self) -> LoraEnvelope:
+        return LoraEnvelope(
+            max_rank=self.max_rank,
+            targets=tuple(dict.fromkeys(self.target_modules)),
+            slots=self.slots,
+            max_loaded=self.max_loaded,
+        )
+
+
 def _knob(knob: engine_scheduler.Knob) -> Any:
     return Field(
         default=None,
@@ -644,6 +705,15 @@ class ServingSpec(ApiModel):
             field_path=".replicas",
             holds=lambda s: s.disaggregation.mode is DisaggregationMode.NONE or s.replicas == 1,
         ),
+        Rule(
+            cel="!has(self.lora) || !has(self.device) || self.device != 'cpu' || "
+            "(has(self.engine) && self.engine == 'simulator')",
+            message="spec.serving.lora needs device cuda: SGLang 0.5.23's LoRA layers pin host memory, "
+            "which its CPU backend does not have, so the engine would not start (the simulator, engine: "
+            "simulator, takes an adapter pool on either device)",
+            field_path=".lora",
+            holds=lambda s: s.lora is None or s.device is not Device.CPU or s.engine is Engine.SIMULATOR,
+        ),
         _no_owned_flags("spec.serving"),
         _priority_abort_needs_scheduling("spec.serving"),
         _conservativeness_once(),
@@ -695,6 +765,11 @@ class ServingSpec(ApiModel):
     placement: PlacementSpec = Field(
         default_factory=PlacementSpec,
         description="Where the engine and router pods run and how each role spreads over nodes and zones.",
+    )
+    lora: LoraSpec | None = Field(
+        default=None,
+        description="An adapter pool in every engine, for LoRA adapters loaded while it runs. Unset: "
+        "no pool, and no memory set aside for one.",
     )
 
     @property

@@ -136,6 +136,13 @@ class PlanStatus(ApiModel):
         alias="kvBytesPerTokenPerGPU", ge=0, description="KV bytes/token/GPU."
     )
     weight_bytes_per_gpu: int = Field(alias="weightBytesPerGPU", ge=0, description="Weight bytes per GPU.")
+    lora_pool_bytes_per_gpu: int | None = Field(
+        default=None,
+        alias="loraPoolBytesPerGPU",
+        ge=0,
+        description="Bytes per GPU the adapter pool (spec.serving.lora) takes out of the KV cache's "
+        "budget, as SGLang allocates it. Unset: no pool.",
+    )
     kv_tokens_per_replica: int = Field(
         ge=0, description="KV cache tokens per replica (SGLang's max total tokens)."
     )

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict
 
 from kvant_contracts.kv_dtypes import KvCacheDtype
 from kvant_contracts.launch_spec import Device
+from kvant_contracts.lora import LoraEnvelope
 from kvant_contracts.weights_recipe import DEFAULT_GROUP_SIZE, effective_weights
 from kvant_operator.api.spec import QuantizedModelSpec, QuantTargets, WeightFormat
 from kvant_operator.api.status import PlannedWeights, PlanStatus
@@ -31,6 +32,7 @@ from kvant_operator.planner.capacity import (
 )
 from kvant_operator.planner.checkpoint_view import Checkpoint
 from kvant_operator.planner.gptq_sizing import GptqWork, gptq_work
+from kvant_operator.planner.lora_pool import LoraPool, lora_pool
 from kvant_operator.planner.weights import Conversion, WeightSizes, size_weights
 
 DEFAULT_CONTEXTS = (4096, 32768, 131072)
@@ -54,6 +56,7 @@ class PlanRequest:
     contexts: tuple[int, ...] = DEFAULT_CONTEXTS
     device: Device = Device.CUDA
     kv_cache_mib: int | None = None  # CPU only: an explicit KV cache size
+    lora: LoraEnvelope | None = None  # the adapter pool each engine reserves (spec.serving.lora)
 
     @classmethod
     def from_spec(cls, spec: QuantizedModelSpec, contexts: tuple[int, ...] = DEFAULT_CONTEXTS) -> PlanRequest:
@@ -75,6 +78,7 @@ class PlanRequest:
             mem_fraction_static=serving.mem_fraction_static,
             page_size=serving.page_size,
             contexts=contexts,
+            lora=serving.lora.envelope() if serving.lora is not None else None,
         )
 
 
@@ -99,6 +103,7 @@ class CapacityPlan(BaseModel):
     source_checkpoint_bytes: int
     checkpoint_bytes: int
     weight_bytes_per_gpu: int
+    lora_pool_bytes_per_gpu: int | None = None  # None: no adapter pool
     mem_fraction_static: float
     mem_fraction_static_source: str  # "sglang-default" or "spec"
     page_size: int
@@ -120,6 +125,7 @@ class CapacityPlan(BaseModel):
             source_bytes=self.source_checkpoint_bytes,
             kvBytesPerTokenPerGPU=self.kv_bytes_per_token_per_gpu,
             weightBytesPerGPU=self.weight_bytes_per_gpu,
+            loraPoolBytesPerGPU=self.lora_pool_bytes_per_gpu,
             kv_tokens_per_replica=self.kv_tokens_per_replica,
             mem_fraction_static=self.mem_fraction_static,
             page_size=self.page_size,
@@ -151,14 +157,17 @@ def make_plan(checkpoint: Checkpoint, request: PlanRequest) -> CapacityPlan:
     sizes = size_weights(checkpoint.inventory, conversion, tp, shape.num_layers)
     cell = kv_bytes_per_token_per_gpu(shape, tp, kv_dtype_bytes(request.kv_cache_dtype, shape.dtype_bytes))
     gpu_bytes = int(request.gpu_memory_gib * GIB)
+    pool = lora_pool(shape, request.lora, tp) if request.lora is not None else LoraPool(0)
+    # SGLang measures the KV budget after the weights and the adapter pool are in memory.
+    before_kv = sizes.bytes_per_gpu + pool.bytes_per_gpu
     if request.device is Device.CPU:
         kv_bytes = request.kv_cache_mib * MIB if request.kv_cache_mib else None
-        tokens = kv_tokens_on_cpu(gpu_bytes, sizes.bytes_per_gpu, cell, request.page_size, kv_bytes)
+        tokens = kv_tokens_on_cpu(gpu_bytes, before_kv, cell, request.page_size, kv_bytes)
         # SGLang's --mem-fraction-static is not set on CPU; this is the memory share weights and KV take.
-        mfs = min(1.0, round((sizes.bytes_per_gpu + tokens * cell) / gpu_bytes, 3))
+        mfs = min(1.0, round((before_kv + tokens * cell) / gpu_bytes, 3))
     else:
         mfs = request.mem_fraction_static or sglang_default_mem_fraction_static(request.gpu_memory_gib, tp)
-        tokens = gpus // tp * kv_tokens_per_gpu(gpu_bytes, sizes.bytes_per_gpu, mfs, cell, request.page_size)
+        tokens = gpus // tp * kv_tokens_per_gpu(gpu_bytes, before_kv, mfs, cell, request.page_size)
     concurrency = {c: max_concurrency(tokens, c, request.page_size) for c in request.contexts}
     warnings = _warnings(
         shape=shape,
@@ -169,6 +178,14 @@ def make_plan(checkpoint: Checkpoint, request: PlanRequest) -> CapacityPlan:
         mfs=mfs,
         tokens=tokens,
     )
+    if pool.refusal is not None:
+        warnings.insert(0, pool.refusal)
+    elif pool.bytes_per_gpu and _weights_overflow(before_kv, gpu_bytes, mfs, request.device):
+        warnings.insert(
+            0,
+            f"the adapter pool takes {pool.bytes_per_gpu / GIB:.2f} GiB per GPU and leaves no room for a KV "
+            "cache beside the weights: lower spec.serving.lora.maxRank or spec.serving.lora.slots",
+        )
     quantized = conversion.format in (WeightFormat.INT4, WeightFormat.FP8)
     parameters = count_parameters(checkpoint.inventory, shape)
     gptq = (  # GPTQ rounds INT4 only
@@ -200,12 +217,15 @@ def make_plan(checkpoint: Checkpoint, request: PlanRequest) -> CapacityPlan:
         source_checkpoint_bytes=checkpoint.inventory.nbytes,
         checkpoint_bytes=sizes.checkpoint_bytes,
         weight_bytes_per_gpu=sizes.bytes_per_gpu,
+        lora_pool_bytes_per_gpu=pool.bytes_per_gpu if request.lora is not None else None,
         mem_fraction_static=mfs,
         mem_fraction_static_source=_mfs_source(request),
         page_size=request.page_size,
         kv_tokens_per_replica=tokens,
         max_concurrency=concurrency,
-        fits=tokens >= max(request.contexts) and not _weights_overflow(sizes, gpu_bytes, mfs, request.device),
+        fits=tokens >= max(request.contexts)
+        and pool.refusal is None
+        and not _weights_overflow(before_kv, gpu_bytes, mfs, request.device),
         warnings=warnings,
     )
 
@@ -250,10 +270,11 @@ def _mfs_source(request: PlanRequest) -> str:
     return "spec" if request.mem_fraction_static else "sglang-default"
 
 
-def _weights_overflow(sizes: WeightSizes, gpu_bytes: int, mfs: float, device: Device) -> bool:
+def _weights_overflow(before_kv: int, gpu_bytes: int, mfs: float, device: Device) -> bool:
+    """Whether the weights (and the adapter pool) leave no room for a KV cache."""
     if device is Device.CPU:
-        return sizes.bytes_per_gpu >= gpu_bytes - CPU_ENGINE_RESERVE_BYTES
-    return sizes.bytes_per_gpu >= (gpu_bytes - RUNTIME_RESERVE_BYTES) * mfs
+        return before_kv >= gpu_bytes - CPU_ENGINE_RESERVE_BYTES
+    return before_kv >= (gpu_bytes - RUNTIME_RESERVE_BYTES) * mfs
 
 
 def _warnings(
@@ -267,13 +288,15 @@ def _warnings(
     tokens: int,
 ) -> list[str]:
     tp, warnings = request.tensor_parallel, []
-    if request.device is Device.CPU and _weights_overflow(sizes, gpu_bytes, mfs, request.device):
+    if request.device is Device.CPU and _weights_overflow(
+        sizes.bytes_per_gpu, gpu_bytes, mfs, request.device
+    ):
         warnings.append(
             f"weights need {sizes.bytes_per_gpu / GIB:.1f} GiB but spec.serving.cpu.memoryGiB "
             f"{gpu_bytes / GIB:g} leaves {(gpu_bytes - CPU_ENGINE_RESERVE_BYTES) / GIB:.1f} GiB after the "
             f"engine's own {CPU_ENGINE_RESERVE_BYTES // GIB} GiB: raise spec.serving.cpu.memoryGiB"
         )
-    elif _weights_overflow(sizes, gpu_bytes, mfs, request.device):
+    elif _weights_overflow(sizes.bytes_per_gpu, gpu_bytes, mfs, request.device):
         budget = (gpu_bytes - RUNTIME_RESERVE_BYTES) * mfs
         warnings.append(
             f"weights need {sizes.bytes_per_gpu / GIB:.1f} GiB per GPU but mem_fraction_static {mfs} leaves "

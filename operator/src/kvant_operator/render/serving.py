@@ -249,6 +249,7 @@ def _launch_spec(inputs: ServingInputs, role: Role) -> LaunchSpec:
         port=ENGINE_PORT,
         engineArgs=(*priority_flags(spec.serving.priority_scheduling, role.engine_args), *role.engine_args),
         scheduler=spec.serving.scheduler.values(),
+        lora=spec.serving.lora.envelope() if spec.serving.lora is not None else None,
     )
 
 

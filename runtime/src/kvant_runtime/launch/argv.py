@@ -29,6 +29,11 @@ from kvant_contracts.serving_pod import BOOTSTRAP_PORT
 from kvant_contracts.weight_formats import weight_format
 from kvant_runtime.launch.cpu_engine import cpu_flags, cpu_refusal
 
+# Why an engine on the CPU cannot have an adapter pool (docs/design/adapters-research.md, section 6).
+LORA_ON_CPU = (
+    "lora: SGLang 0.5.23's LoRA layers pin host memory, which its CPU backend does not have, so an "
+    "engine with an adapter pool cannot start on device cpu; serve adapters on device cuda"
+)
 # Per-layer KV-cache scales for SGLang's --quantization-param-path, as `kvant calibrate` writes them.
 KV_SCALES_JSON = "kvant-kv-scales.json"
 
@@ -80,6 +85,8 @@ def kvant_argv(spec: LaunchSpec, quant_method: str | None, amx: bool = False) ->
         refusal = cpu_refusal(spec.weightsFormat, spec.kvCacheDtype, amx)
         if refusal is not None:
             raise SpecError(refusal)
+        if spec.lora is not None:
+            raise SpecError(LORA_ON_CPU)
     argv = ["--model-path", spec.modelPath, "--served-model-name", spec.servedModelName]
     argv += ["--tp-size", str(spec.tensorParallel), "--kv-cache-dtype", spec.kvCacheDtype]
     argv += quantization_flag(spec.weightsFormat, quant_method)
@@ -99,6 +106,8 @@ def kvant_argv(spec: LaunchSpec, quant_method: str | None, amx: bool = False) ->
     if spec.disaggregationRole == "prefill":
         argv += ["--disaggregation-bootstrap-port", str(BOOTSTRAP_PORT)]
     argv += engine_flags(spec.scheduler)
+    if spec.lora is not None:
+        argv += spec.lora.flags()
     if spec.device == "cpu":
         argv += cpu_flags(amx, list(spec.engineArgs))
     return [*argv, "--enable-metrics", "--host", spec.host, "--port", str(spec.port)]
@@ -124,6 +133,12 @@ FLAG_OWNERS = {
     "host": "host",
     "port": "port",
     "admin_api_key": "spec.access.adminTokenSecret",
+    "enable_lora": "spec.serving.lora",
+    "max_lora_rank": "spec.serving.lora.maxRank",
+    "lora_target_modules": "spec.serving.lora.targetModules",
+    "max_loras_per_batch": "spec.serving.lora.slots",
+    "max_loaded_loras": "spec.serving.lora.maxLoaded",
+    "lora_paths": "spec.serving.lora (adapters are loaded live, not at start)",
     "api_key": "spec.access.apiKeysSecret (the gate checks client keys)",
 }
 REDACTED = "REDACTED"

@@ -22,6 +22,7 @@ MODULES: tuple[str, ...] = (
     "kvant_contracts.job_lines",
     "kvant_contracts.kv_dtypes",
     "kvant_contracts.launch_spec",
+    "kvant_contracts.lora",
     "kvant_contracts.serving_pod",
     "kvant_contracts.weight_formats",
     "kvant_runtime",
