@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from kvant_cli.main import main
-from tests.unit.planner_configs import deepseek_v3, llama_3_1_70b, write_config
+from tests.unit.planner_configs import deepseek_v3, kimi_k2, llama_3_1_70b, write_config
 
 SIMULATOR_KEYS = {
     "kv_bytes_per_token_per_gpu",
@@ -76,3 +77,24 @@ def test_unreadable_config_is_an_error_message_not_a_traceback(
     assert main(["plan", "--config", str(config), "--gpu-memory-gib", "80"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("kvant plan: ") and "GPT2LMHeadModel" in err and "Traceback" not in err
+
+
+def test_render_of_a_model_that_fits_no_gpu_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """Kimi-K2 in BF16 on one 8 x H200 node (issue #43's case): `kvant render` ended in a traceback
+    (the launch spec refused maxTotalTokens 0); now it says why, in one line, and exits 2."""
+    config = {key: value for key, value in kimi_k2().items() if key != "quantization_config"}
+    write_config(tmp_path, config)
+    example = Path(__file__).parents[2] / "examples" / "kimi-k2-int4-experts-fp8kv-8xh200.yaml"
+    manifest = yaml.safe_load(example.read_text())
+    manifest["spec"]["weights"] = {"format": "bf16"}
+    manifest["spec"]["kvCache"] = {"dtype": "fp8_e4m3"}
+    (tmp_path / "qm.yaml").write_text(yaml.safe_dump(manifest))
+    assert (
+        main(["render", "-f", str(tmp_path / "qm.yaml"), "--checkpoint", str(tmp_path / "config.json")]) == 2
+    )
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "the capacity plan starts no engine: no KV cache fits beside the weights" in err
+    assert "use int4 weights, a larger tensorParallel, or bigger GPUs" in err

@@ -63,3 +63,20 @@ def test_a_failed_plan_degrades_with_the_container_log() -> None:
     assert degraded.reason == "PlanFailed"
     assert "container plan exited 1" in degraded.message and "no num_hidden_layers" in degraded.message
     assert condition(p, "Progressing").status == "False"
+
+
+def test_a_plan_that_starts_no_engine_degrades_naming_why(tmp_path: Path) -> None:
+    """Weights that leave no KV cache: SGLang would refuse a KV cache of 0 tokens, and the launch spec
+    refused it with a traceback in the operator before; now the model is Degraded and waits."""
+    model = body(serving={"engine": "simulator", "gpu": {"memoryGiB": 0.001}, "memFractionStatic": 0.9})
+    kube, p = MemoryKube(), new_pass(model)
+    with pytest.raises(Blocked):
+        ensure_plan(p, kube, SETTINGS)
+    kube.finish_job(NAMESPACE, plan_job_name("tiny", p.spec), {"plan": plan_log(model, tmp_path)})
+    with pytest.raises(Blocked) as blocked:
+        ensure_plan(p, kube, SETTINGS)
+    assert blocked.value.phase is Phase.FAILED and not blocked.value.busy
+    assert p.plan is not None and p.plan.kv_tokens_per_replica == 0 and p.plan.refusal
+    degraded = condition(p, "Degraded")
+    assert degraded.reason == "PlanDoesNotFit"
+    assert "no KV cache fits beside the weights" in degraded.message and "weights need" in degraded.message

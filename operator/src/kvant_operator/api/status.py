@@ -157,6 +157,11 @@ class PlanStatus(ApiModel):
     warnings: list[PlanWarning] = Field(
         default_factory=list, max_length=16, description="Why the plan may not fit."
     )
+    refusal: PlanWarning | None = Field(
+        default=None,
+        description="Why no engine can start with this plan (no KV cache left beside the weights, or "
+        "an adapter pool the planner cannot size); serving waits for an edit. Unset: engines can start.",
+    )
     source_bytes: int = Field(default=0, ge=0, description="Size of the source checkpoint's tensors.")
     parameters: int = Field(default=0, ge=0, description="Parameters of the model.")
     active_parameters: int = Field(

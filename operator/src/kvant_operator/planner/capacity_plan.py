@@ -111,6 +111,7 @@ class CapacityPlan(BaseModel):
     max_concurrency: dict[int, int]
     fits: bool
     warnings: list[str]
+    refusal: str | None = None  # why no engine can start with this plan (see `refusal` below)
     parameters: int = 0
     active_parameters: int = 0
     num_layers: int = 0
@@ -131,6 +132,7 @@ class CapacityPlan(BaseModel):
             page_size=self.page_size,
             max_concurrency={str(k): v for k, v in self.max_concurrency.items()},
             fits=self.fits,
+            refusal=self.refusal,
             warnings=self.warnings[:16],
             parameters=self.parameters,
             active_parameters=self.active_parameters,
@@ -227,7 +229,20 @@ def make_plan(checkpoint: Checkpoint, request: PlanRequest) -> CapacityPlan:
         and pool.refusal is None
         and not _weights_overflow(before_kv, gpu_bytes, mfs, request.device),
         warnings=warnings,
+        refusal=refusal(pool, tokens, warnings),
     )
+
+
+def refusal(pool: LoraPool, tokens: int, warnings: list[str]) -> str | None:
+    """Why no engine can start with this plan, or None. A plan that does not fit its longest context
+    still serves shorter requests; one with no KV cache left, or an adapter pool the planner cannot
+    size, would start no engine (SGLang refuses a KV cache of 0 tokens), so serving waits for an edit."""
+    if pool.refusal is not None:
+        return pool.refusal
+    if tokens < 1:
+        why = warnings[0] if warnings else "nothing is left for the KV cache"
+        return f"no KV cache fits beside the weights: {why}"
+    return None
 
 
 def compare(checkpoint: Checkpoint, request: PlanRequest) -> list[CapacityPlan]:

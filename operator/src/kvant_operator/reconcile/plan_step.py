@@ -27,6 +27,12 @@ def ensure_plan(p: Pass, kube: KubeDoor, settings: OperatorSettings) -> None:
         p.plan = _run_plan(p, kube, settings, inputs)
         p.events.append(("Normal", "Planned", plan_summary(p.plan)))
     p.plan = with_gptq(with_calibration(p.plan, p.spec), p.spec)
+    if p.plan.refusal is not None:
+        raise p.fail(
+            "PlanDoesNotFit",
+            f"the capacity plan starts no engine: {p.plan.refusal}",
+            "edit the spec as the message says (status.plan has the numbers); see Degraded",
+        )
     if needs_calibration(p.spec) and p.plan.architecture:
         try:
             delivery(p.plan.architecture, p.spec.kv_cache.dtype.value)

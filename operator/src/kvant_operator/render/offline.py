@@ -47,6 +47,8 @@ def render_offline(manifest: Obj, checkpoint: Path | None, namespace: str) -> li
         plan = make_plan(load_checkpoint(plan_from), PlanRequest.from_spec(spec)).to_status()
     except (ConfigError, InventoryError) as err:
         raise OfflineRenderError(str(err)) from None
+    if plan.refusal is not None:
+        raise OfflineRenderError(f"the capacity plan starts no engine: {plan.refusal}")
     plan = plan.model_copy(update={"inputs": digest(jobs.plan_inputs(spec))})
     plan = with_gptq(with_calibration(plan, spec), spec)
     objects: list[Obj] = []
