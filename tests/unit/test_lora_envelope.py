@@ -9,6 +9,7 @@ The comparison with SGLang runs SGLang's LoRAMemoryPool shape functions in SGLan
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import subprocess
@@ -32,6 +33,7 @@ from kvant_operator.settings import OperatorSettings
 from kvant_operator.sources import Location
 from kvant_runtime.launch.argv import checkpoint_quant_method, kvant_argv
 from kvant_runtime.launch.validate import SGLangRejected, validate_argv
+from kvant_runtime.sim import sim_command
 from tests.unit.launch_fixtures import checkpoint
 from tests.unit.planner_configs import deepseek_v3, llama_3_1_70b, write_config
 from tests.unit.render_inputs import body, plan, spec_of
@@ -258,3 +260,27 @@ def test_the_simulator_takes_a_pool_on_either_device():
 def test_an_engine_arg_that_sets_the_pool_is_refused_by_the_launcher_too():
     with pytest.raises(SGLangRejected, match=re.escape("spec.serving.lora")):
         validate_argv(["--model-path", "/m", "--max-lora-rank", "8"], ["--max-lora-rank", "8"])
+
+
+def test_the_simulator_starts_with_the_same_pool_flags():
+    (engine,) = _engine_containers(
+        "tiny.yaml", {"lora": {"maxRank": 8, "targetModules": ["q_proj"], "slots": 2}}
+    )
+    args = engine["args"]
+    assert args[0] == "sim"
+    at = args.index("--enable-lora")
+    assert args[at:] == [
+        "--enable-lora",
+        "--max-lora-rank",
+        "8",
+        "--lora-target-modules",
+        "q_proj",
+        "--max-loras-per-batch",
+        "2",
+    ]
+    parser = argparse.ArgumentParser()
+    sim_command.register(parser.add_subparsers())
+    parsed = parser.parse_args(args)
+    assert sim_command._lora_envelope(parsed) == LoraEnvelope(
+        max_rank=8, targets=(LoraTarget.Q_PROJ,), slots=2
+    )

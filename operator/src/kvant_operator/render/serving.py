@@ -207,6 +207,7 @@ def _simulator_args(inputs: ServingInputs, role: Role) -> list[str]:
         *_simulator_disaggregation(role),
         # The simulator takes SGLang's own flag and environment variables for these (kvant sim --help).
         *engine_flags(inputs.spec.serving.scheduler.values()),
+        *(inputs.spec.serving.lora.envelope().flags() if inputs.spec.serving.lora is not None else []),
     ]  # fmt: skip
 
 

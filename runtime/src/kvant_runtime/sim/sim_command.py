@@ -10,6 +10,7 @@ from pathlib import Path
 
 from kvant_contracts import engine_scheduler
 from kvant_contracts.kv_dtypes import KV_DTYPE_NAMES, KvCacheDtype
+from kvant_contracts.lora import DEFAULT_SLOTS, LORA_TARGET_NAMES, LoraEnvelope, LoraTarget
 from kvant_runtime.sim.cost import CostModel
 
 
@@ -91,6 +92,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=1,
         help="tokens per streamed chunk after the first, as SGLang's flag (default 1)",
     )
+    lora = parser.add_argument_group("LoRA adapters, SGLang's flags (see kvant_runtime.sim.adapters)")
+    lora.add_argument("--enable-lora", action="store_true", help="serve adapters loaded at run time")
+    lora.add_argument(
+        "--max-lora-rank", type=int, help="the largest adapter rank (needed with --enable-lora)"
+    )
+    lora.add_argument(
+        "--lora-target-modules", nargs="+", choices=LORA_TARGET_NAMES, help="modules adapters may change"
+    )
+    lora.add_argument("--max-loras-per-batch", type=int, default=DEFAULT_SLOTS, help="adapter slots")
+    lora.add_argument("--max-loaded-loras", type=int, help="adapters held at once (default: no bound)")
     cost = parser.add_argument_group("cost model (see kvant_runtime.sim.cost)")
     cost.add_argument(
         "--kv-bytes-per-token", type=int, help="KV bytes per token per GPU (default: the plan's)"
@@ -104,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
     from aiohttp import web  # noqa: PLC0415
 
     from kvant_runtime.prompt_counter import load_counter  # noqa: PLC0415
+    from kvant_runtime.sim.adapters import AdapterRegistry  # noqa: PLC0415
     from kvant_runtime.sim.engine import Engine, EngineConfig  # noqa: PLC0415
     from kvant_runtime.sim.output_lengths import OutputLengthsError, parse_output_lengths  # noqa: PLC0415
     from kvant_runtime.sim.plan_file import PlanError, read_plan_capacity  # noqa: PLC0415
@@ -170,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
     except TokenizerError as error:
         print(f"kvant sim: {error}", file=sys.stderr)
         return 2
-    server = SimServer(Engine(config), info, counter)
+    server = SimServer(Engine(config), info, counter, AdapterRegistry(_lora_envelope(args)))
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("kvant.sim").info(
         "event=sim.start host=%s port=%d model=%s kv_tokens=%d max_running_requests=%d kv_bytes_per_token=%d",
@@ -208,6 +220,9 @@ def _refusal(args: argparse.Namespace, kv_tokens: int) -> str | None:
     for flag, value in counts:
         if value <= 0:
             return f"{flag} must be a positive integer, got {value}"
+    lora = _lora_refusal(args)
+    if lora is not None:
+        return lora
     for flag, _, _ in _cost_flags():
         amount = getattr(args, flag.removeprefix("--").replace("-", "_"))
         if flag == "--kv-read-gbps" and not amount > 0:  # a divisor
@@ -215,6 +230,36 @@ def _refusal(args: argparse.Namespace, kv_tokens: int) -> str | None:
         if not amount >= 0:  # NaN too
             return f"{flag} must be a non-negative number, got {amount}"
     return None
+
+
+def _lora_refusal(args: argparse.Namespace) -> str | None:
+    if args.enable_lora and (args.max_lora_rank is None or not args.lora_target_modules):
+        # SGLang's own refusal when it starts with no --lora-paths to infer them from.
+        return (
+            "with --enable-lora and no initial adapters, set both --max-lora-rank and --lora-target-modules"
+        )
+    lora_counts = (
+        ("--max-lora-rank", args.max_lora_rank),
+        ("--max-loras-per-batch", args.max_loras_per_batch),
+        ("--max-loaded-loras", args.max_loaded_loras),
+    )
+    for flag, value in lora_counts:
+        if value is not None and value <= 0:
+            return f"{flag} must be a positive integer, got {value}"
+    if args.max_loaded_loras is not None and args.max_loaded_loras < args.max_loras_per_batch:
+        return f"--max-loaded-loras {args.max_loaded_loras} must be at least --max-loras-per-batch"
+    return None
+
+
+def _lora_envelope(args: argparse.Namespace) -> LoraEnvelope | None:
+    if not args.enable_lora:
+        return None
+    return LoraEnvelope(
+        max_rank=args.max_lora_rank,
+        targets=tuple(LoraTarget(name) for name in args.lora_target_modules),
+        slots=args.max_loras_per_batch,
+        max_loaded=args.max_loaded_loras,
+    )
 
 
 def _scheduler_knobs(conservativeness: float) -> dict[str, float] | str:

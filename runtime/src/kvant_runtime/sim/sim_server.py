@@ -14,6 +14,8 @@
   `GET /get_model_info`, `GET /get_server_info` (with `max_total_num_tokens`),
   `GET /v1/models`, `GET /metrics`, `GET /v1/loads` (a published snapshot, `load_snapshot`).
 - `POST /v1/tokenize`: the prompt counts the gate asks for (`kvant_runtime.sim.tokenize_route`).
+- `POST /load_lora_adapter`, `POST /unload_lora_adapter`, and a request's adapter (`model:
+  "BASE:ADAPTER"` or `lora_path`): the stand-in for SGLang's LoRA (`kvant_runtime.sim.adapters`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +33,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from kvant_contracts.kv_dtypes import KvCacheDtype
 from kvant_runtime.prompt_counter import ByteEstimate, PromptCounter
 from kvant_runtime.request_cost import output_limit, prompt_tokens, refuse_media_for_text_model, samples
+from kvant_runtime.sim.adapters import AdapterRefused, AdapterRegistry
 from kvant_runtime.sim.answers import (
     ChoiceFormat,
     chat_choice,
@@ -67,8 +70,15 @@ class ServerInfo:
 
 
 class SimServer:
-    def __init__(self, engine: Engine, info: ServerInfo, counter: PromptCounter | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        info: ServerInfo,
+        counter: PromptCounter | None = None,
+        adapters: AdapterRegistry | None = None,
+    ) -> None:
         self.info = info
+        self.adapters = adapters or AdapterRegistry(None)
         # The served model's tokenizer where its folder has one (`--tokenizer`), as SGLang counts.
         self.counter = counter or ByteEstimate()
         self.registry = CollectorRegistry()
@@ -85,6 +95,8 @@ class SimServer:
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_post("/v1/tokenize", self.tokenize)
+        app.router.add_post("/load_lora_adapter", self.load_adapter)
+        app.router.add_post("/unload_lora_adapter", self.unload_adapter)
         app.router.add_get("/health", self.health)
         app.router.add_get("/health_generate", self.health_generate)
         app.router.add_get("/get_model_info", self.model_info)
@@ -154,10 +166,35 @@ class SimServer:
         limit = self.runner.engine.config.context_length
         return web.json_response(tokenize_answer(await read_json(request), self.counter, limit))
 
+    async def load_adapter(self, request: web.Request) -> web.Response:
+        body = await read_json(request)
+        name, path = body.get("lora_name"), body.get("lora_path")
+        if not isinstance(name, str) or not name or not isinstance(path, str) or not path:
+            raise ValueError("load_lora_adapter needs lora_name and lora_path (strings)")
+        return self._adapter_update(lambda: self.adapters.load(name, path, bool(body.get("pinned"))))
+
+    async def unload_adapter(self, request: web.Request) -> web.Response:
+        name = (await read_json(request)).get("lora_name")
+        if not isinstance(name, str) or not name:
+            raise ValueError("unload_lora_adapter needs lora_name (a string)")
+        return self._adapter_update(lambda: self.adapters.unload(name))
+
+    def _adapter_update(self, update: Callable[[], None]) -> web.Response:
+        """SGLang's LoRAUpdateOutput: 200 when it succeeded, 400 with its message when not."""
+        try:
+            update()
+        except AdapterRefused as refused:
+            body = {"success": False, "error_message": str(refused), "loaded_adapters": self.adapters.loaded}
+            return web.json_response(body, status=400)
+        return web.json_response(
+            {"success": True, "error_message": None, "loaded_adapters": self.adapters.loaded}
+        )
+
     async def _submit(self, body: dict[str, Any], key: object) -> list[Stream]:
         """One sequence per prompt of a batch and per parallel sample (`n`), costed by the same rules
         as the gate's (`kvant_runtime.request_cost`). Parallel samples of one prompt share its KV
         (SGLang's radix cache holds the prefix once), so only the first sample holds the prompt."""
+        self.adapters.resolve(body, self.info.model_name)  # an adapter never loaded is a 400
         prompts, parallel = prompt_tokens(body, self.counter), samples(body)
         limit = output_limit(body)
         limit = DEFAULT_MAX_NEW_TOKENS if limit is None else limit
@@ -290,7 +327,13 @@ class SimServer:
         config = self.runner.engine.config
         model = {"id": self.info.model_name, "object": "model", "created": 0, "owned_by": "kvant-sim"}
         return web.json_response(
-            {"object": "list", "data": [{**model, "max_model_len": config.context_length}]}
+            {
+                "object": "list",
+                "data": [
+                    {**model, "max_model_len": config.context_length},
+                    *self.adapters.model_cards(self.info.model_name),
+                ],
+            }
         )
 
     async def metrics(self, _request: web.Request) -> web.Response:
