@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from kvant_cli.main import main
 from kvant_contracts.launch_spec import LaunchSpec, SpecError, parse_spec_json
 from kvant_contracts.lora import DEFAULT_TARGETS, LoraEnvelope, LoraTarget
 from kvant_dev.toolchain import ENGINE_ENVIRONMENT, built_environment
@@ -27,6 +28,7 @@ from kvant_operator.api.spec import ServingSpec
 from kvant_operator.planner import PlanRequest, load_checkpoint, make_plan
 from kvant_operator.planner.architecture import parse_shape
 from kvant_operator.planner.lora_pool import lora_pool
+from kvant_operator.render.jobs import plan_args, plan_inputs, plan_job_name
 from kvant_operator.render.roles import roles
 from kvant_operator.render.serving import ServingInputs, deployment
 from kvant_operator.settings import OperatorSettings
@@ -284,3 +286,24 @@ def test_the_simulator_starts_with_the_same_pool_flags():
     assert sim_command._lora_envelope(parsed) == LoraEnvelope(
         max_rank=8, targets=(LoraTarget.Q_PROJ,), slots=2
     )
+
+
+def test_the_operators_plan_job_plans_the_pool(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """The operator's plan comes from the plan Job's `kvant plan` argv, not from the spec in process:
+    that argv carries the pool, and a pool edit is a new plan input (a new Job)."""
+    write_config(tmp_path, LLAMA_3_8B)
+    lora = {"maxRank": 32, "targetModules": ["q_proj", "o_proj"], "slots": 4, "maxLoaded": 9}
+    with_pool = spec_of(body("tiny.yaml", serving={**body("tiny.yaml")["spec"]["serving"], "lora": lora}))
+    without = spec_of(body("tiny.yaml"))
+    assert "lora" not in plan_inputs(without)  # a model without a pool keeps its plan Job's name
+    assert plan_job_name("tiny", with_pool) != plan_job_name("tiny", without)
+    assert main(plan_args(with_pool, str(tmp_path))) == 0
+    planned = json.loads(capsys.readouterr().out)
+    in_process = make_plan(load_checkpoint(tmp_path), PlanRequest.from_spec(with_pool))
+    assert in_process.lora_pool_bytes_per_gpu
+    assert planned["lora_pool_bytes_per_gpu"] == in_process.lora_pool_bytes_per_gpu
+    assert planned["kv_tokens_per_replica"] == in_process.kv_tokens_per_replica
+    # maxLoaded sizes no memory: changing it plans nothing again.
+    lora_more = {**lora, "maxLoaded": 20}
+    more = spec_of(body("tiny.yaml", serving={**body("tiny.yaml")["spec"]["serving"], "lora": lora_more}))
+    assert plan_job_name("tiny", more) == plan_job_name("tiny", with_pool)

@@ -11,6 +11,7 @@ from typing import Any
 
 from kvant_contracts.kv_dtypes import DEFAULT_KV_DTYPE, KvCacheDtype
 from kvant_contracts.launch_spec import Device
+from kvant_contracts.lora import DEFAULT_SLOTS, DEFAULT_TARGETS, LORA_TARGET_NAMES, LoraEnvelope, LoraTarget
 from kvant_contracts.weights_recipe import DEFAULT_GROUP_SIZE, DENSE_DEFAULT_TARGETS, MOE_DEFAULT_TARGETS
 from kvant_operator.api.spec import QuantTargets, WeightFormat
 from kvant_operator.planner.architecture import ConfigError
@@ -114,6 +115,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="append",
         help=f"context length for max concurrency (repeat); default: {', '.join(map(str, DEFAULT_CONTEXTS))}",
     )
+    lora = parser.add_argument_group("an adapter pool, as SGLang's flags size it (spec.serving.lora)")
+    lora.add_argument("--max-lora-rank", type=_bounded(int, 1, 512), help="plan an adapter pool of this rank")
+    lora.add_argument(
+        "--lora-target-modules", nargs="+", choices=LORA_TARGET_NAMES, help="default: every projection"
+    )
+    lora.add_argument("--max-loras-per-batch", type=_bounded(int, 1, 64), default=DEFAULT_SLOTS, help="slots")
     parser.add_argument("--json", action="store_true", help="print the requested plan as one JSON object")
     parser.add_argument(
         "--plot",
@@ -151,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
         mem_fraction_static=args.mem_fraction_static,
         page_size=args.page_size,
         contexts=tuple(args.context or DEFAULT_CONTEXTS),
+        lora=_lora(args),
     )
     try:
         if args.plot:  # before any work: a missing matplotlib or folder is known now
@@ -177,6 +185,14 @@ def run(args: argparse.Namespace) -> int:
         # stderr, so that --json keeps stdout one JSON object
         print(f"kvant plan: wrote {args.plot}", file=sys.stderr)
     return 0
+
+
+def _lora(args: argparse.Namespace) -> LoraEnvelope | None:
+    if args.max_lora_rank is None:
+        return None
+    named = args.lora_target_modules
+    targets = tuple(LoraTarget(name) for name in named) if named else DEFAULT_TARGETS
+    return LoraEnvelope(max_rank=args.max_lora_rank, targets=targets, slots=args.max_loras_per_batch)
 
 
 def _hardware(device: Device, gpus: int, memory_gib: float) -> str:

@@ -53,6 +53,10 @@ def plan_inputs(spec: QuantizedModelSpec) -> Obj:
         "memFractionStatic": serving.mem_fraction_static,
         "pageSize": serving.page_size,
     }
+    if serving.lora is not None:  # only when set: a model without a pool keeps its inputs and Job name
+        pool = serving.lora.envelope()  # maxLoaded sizes nothing the plan reads
+        targets = [target.value for target in pool.targets]
+        common["lora"] = {"maxRank": pool.max_rank, "targetModules": targets, "slots": pool.slots}
     if (
         serving.cpu is not None
     ):  # CPU keys only on CPU: a GPU model's inputs (and plan Job name) stay as they were
@@ -99,6 +103,10 @@ def plan_args(spec: QuantizedModelSpec, config_path: str) -> list[str]:
         args += ["--mem-fraction-static", str(inputs["memFractionStatic"])]
     for pattern in inputs["ignore"]:
         args += ["--ignore", pattern]
+    if "lora" in inputs:
+        pool = inputs["lora"]
+        args += ["--max-lora-rank", str(pool["maxRank"]), "--lora-target-modules", *pool["targetModules"]]
+        args += ["--max-loras-per-batch", str(pool["slots"])]
     for context in DEFAULT_CONTEXTS:
         args += ["--context", str(context)]
     return args
