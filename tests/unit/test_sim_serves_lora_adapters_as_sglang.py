@@ -189,3 +189,34 @@ def test_kvant_sim_takes_sglangs_lora_flags_and_refuses_what_sglang_refuses():
     )
     unknown = sim("--enable-lora", "--max-lora-rank", "8", "--lora-target-modules", "lm_head")
     assert unknown.returncode == 2 and "invalid choice" in unknown.stderr
+
+
+def test_a_batch_runs_at_most_its_slots_of_adapters_and_a_request_that_does_not_fit_waits():
+    """SGLang's get_new_batch_prefill with can_schedule_lora_req: 2 slots, the base model counting as
+    one, so b waits while the a request behind it runs; b runs once the batch has a slot."""
+    engine = Engine(
+        EngineConfig(
+            kv_tokens=10_000, max_running_requests=16, context_length=4096, adapter_slots=2, cost=FAST
+        )
+    )
+    submitted = {
+        name: engine.submit(name, 10, 2, 0.0, name, ignore_eos=True, adapter=adapter)
+        for name, adapter in (("base", None), ("a1", "a"), ("b1", "b"), ("a2", "a"))
+    }
+    first = engine.step(0.0)
+    assert first is not None and first.kind == "prefill"
+    assert {r.rid for r in engine.running} == {"base", "a1", "a2"}
+    assert engine.waiting == [submitted["b1"]]
+    now = first.end
+    while engine.waiting:
+        step = engine.step(now)
+        assert step is not None
+        now = step.end
+    assert submitted["b1"] in engine.running and all(r.finished for r in (submitted["a1"], submitted["a2"]))
+    unlimited = Engine(
+        EngineConfig(kv_tokens=10_000, max_running_requests=16, context_length=4096, cost=FAST)
+    )
+    for name, adapter in (("base", None), ("a1", "a"), ("b1", "b")):
+        unlimited.submit(name, 10, 2, 0.0, name, adapter=adapter)
+    unlimited.step(0.0)
+    assert len(unlimited.running) == 3 and not unlimited.waiting  # LoRA off: no slot rule

@@ -17,20 +17,26 @@ What it keeps of SGLang, read from its source (the research note's sections 2, 3
   frees memory but does not revoke a name, which is why the gate must refuse it.
 - `GET /v1/models` lists each adapter after the base model (`id`, `root` its path, `parent`).
 
-What it leaves out: the adapter's weights (an answer does not depend on the adapter) and the
-per-batch slot limit (every adapter fits every batch here); the adapter pool's memory is in the
-plan's KV tokens the simulator is started with.
+The scheduler keeps SGLang's slot rule: a batch runs at most `--max-loras-per-batch` distinct
+adapters, the base model counting as one, and a waiting request whose adapter would not fit waits
+while later ones run (kvant_runtime.sim.engine, `_admit`). What it leaves out: the adapter's
+weights (an answer does not depend on the adapter), pinned adapters' reserved slots in that rule,
+and the time a load takes; the pool's memory is in the plan's KV tokens the simulator starts with.
 """
 
 from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aiohttp import web
+
 from kvant_contracts.lora import LORA_TARGET_NAMES, LoraEnvelope, LoraTarget, normalized
+from kvant_runtime.sim.request_io import read_json
 
 ADAPTER_CONFIG = "adapter_config.json"
 # Adapter configs that cover every linear module pass SGLang's subset check without a comparison.
@@ -127,6 +133,35 @@ class AdapterRegistry:
             if victim is None:
                 raise AdapterRefused("Didn't find any LoRA adapters when trying to evict LRU LoRA adapter.")
             del self._loaded[victim]
+
+
+def add_adapter_routes(app: web.Application, registry: AdapterRegistry) -> None:
+    """SGLang's two adapter routes, answering as its LoRAUpdateOutput: 200 when the update succeeded,
+    400 with SGLang's message when not; `loaded_adapters` is the set after it."""
+
+    def answer(update: Callable[[], None]) -> web.Response:
+        try:
+            update()
+        except AdapterRefused as refused:
+            body = {"success": False, "error_message": str(refused), "loaded_adapters": registry.loaded}
+            return web.json_response(body, status=400)
+        return web.json_response({"success": True, "error_message": None, "loaded_adapters": registry.loaded})
+
+    async def load(request: web.Request) -> web.Response:
+        body = await read_json(request)
+        name, path = body.get("lora_name"), body.get("lora_path")
+        if not isinstance(name, str) or not name or not isinstance(path, str) or not path:
+            raise ValueError("load_lora_adapter needs lora_name and lora_path (strings)")
+        return answer(lambda: registry.load(name, path, bool(body.get("pinned"))))
+
+    async def unload(request: web.Request) -> web.Response:
+        name = (await read_json(request)).get("lora_name")
+        if not isinstance(name, str) or not name:
+            raise ValueError("unload_lora_adapter needs lora_name (a string)")
+        return answer(lambda: registry.unload(name))
+
+    app.router.add_post("/load_lora_adapter", load)
+    app.router.add_post("/unload_lora_adapter", unload)
 
 
 def _named_adapter(body: dict[str, Any], served_name: str) -> str | None:

@@ -73,6 +73,7 @@ class EngineConfig:
     seed: int = 0
     cost: CostModel = field(default_factory=CostModel)
     output_lengths: OutputLengths | None = None  # None: every request runs to its max_new_tokens
+    adapter_slots: int | None = None  # --max-loras-per-batch: adapters per batch, base too; None: no LoRA
 
 
 @dataclass(eq=False)
@@ -92,6 +93,7 @@ class Request:
     # Prefill/decode: a decode engine's request whose prompt KV came from its prefill by transfer, so
     # its first admission computes nothing (after a retraction it re-prefills like any other).
     kv_transferred: bool = False
+    adapter: str | None = None  # the LoRA adapter it runs with; None: the base model
 
     @property
     def stopped(self) -> bool:
@@ -170,6 +172,7 @@ class Engine:
         *,
         ignore_eos: bool = False,
         kv_transferred: bool = False,
+        adapter: str | None = None,
     ) -> Request:
         """Queue a request; `prompt_key` seeds its output (and its natural length) so equal requests
         get equal text. Like SGLang, admission plans for `max_new_tokens`: it cannot know where EOS is."""
@@ -185,6 +188,7 @@ class Engine:
             rng,
             natural_new_tokens=natural,
             kv_transferred=kv_transferred,
+            adapter=adapter,
         )
         self.waiting.append(request)
         return request
@@ -250,19 +254,25 @@ class Engine:
         reserved = self.new_token_ratio * sum(r.estimated_new_tokens(clip) for r in self.running)
         budget = self.free_kv_tokens - reserved
         prefill_tokens = 0
-        while self.waiting:
+        adapters, position = {r.adapter for r in self.running}, 0  # running adapters; waiting index
+        while position < len(self.waiting):
             if len(self.running) >= self.config.max_running_requests:
                 self.batch_is_full = True
                 break
-            request = self.waiting[0]
+            request = self.waiting[position]
+            slots = self.config.adapter_slots  # SGLang: can_schedule_lora_req, without pinned adapters
+            if slots is not None and request.adapter not in adapters and len(adapters) >= slots:
+                position += 1  # no slot for its adapter: it waits, and the next may run
+                continue
             need = request.prompt_tokens + len(request.output_ids)
             if admitted and prefill_tokens + need > self.config.max_prefill_tokens:
                 break  # the prefill batch is full, not the cache: next step tries again
             if need + request.estimated_new_tokens(clip) > budget:
                 self.batch_is_full = bool(admitted or self.running)
                 break
-            self.waiting.pop(0)
+            self.waiting.pop(position)
             self.running.append(request)
+            adapters.add(request.adapter)
             request.kv_tokens = need
             self.used_kv_tokens += need
             budget -= need + request.estimated_new_tokens(clip)

@@ -46,6 +46,7 @@ class RealTimeEngine:
         ignore_eos: bool = False,
         kv_transferred: bool = False,
         on_finish: Callable[[Request], None] | None = None,
+        adapter: str | None = None,
     ) -> Stream:
         """Queue a request; raises RequestRejected when it could never run."""
         now = asyncio.get_running_loop().time()
@@ -58,6 +59,7 @@ class RealTimeEngine:
             prompt_key,
             ignore_eos=ignore_eos,
             kv_transferred=kv_transferred,
+            adapter=adapter,
         )
         stream = Stream(request, is_streaming, on_finish=on_finish)
         self._streams[request] = stream

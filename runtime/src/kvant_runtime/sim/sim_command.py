@@ -170,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         cost=cost,
         output_lengths=lengths,
+        adapter_slots=args.max_loras_per_batch if args.enable_lora else None,
     )
     bootstrap = (
         (args.host, args.disaggregation_bootstrap_port) if args.disaggregation_mode == "prefill" else None

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +33,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from kvant_contracts.kv_dtypes import KvCacheDtype
 from kvant_runtime.prompt_counter import ByteEstimate, PromptCounter
 from kvant_runtime.request_cost import output_limit, prompt_tokens, refuse_media_for_text_model, samples
-from kvant_runtime.sim.adapters import AdapterRefused, AdapterRegistry
+from kvant_runtime.sim.adapters import AdapterRegistry, add_adapter_routes
 from kvant_runtime.sim.answers import (
     ChoiceFormat,
     chat_choice,
@@ -95,8 +95,7 @@ class SimServer:
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_post("/v1/tokenize", self.tokenize)
-        app.router.add_post("/load_lora_adapter", self.load_adapter)
-        app.router.add_post("/unload_lora_adapter", self.unload_adapter)
+        add_adapter_routes(app, self.adapters)
         app.router.add_get("/health", self.health)
         app.router.add_get("/health_generate", self.health_generate)
         app.router.add_get("/get_model_info", self.model_info)
@@ -166,35 +165,11 @@ class SimServer:
         limit = self.runner.engine.config.context_length
         return web.json_response(tokenize_answer(await read_json(request), self.counter, limit))
 
-    async def load_adapter(self, request: web.Request) -> web.Response:
-        body = await read_json(request)
-        name, path = body.get("lora_name"), body.get("lora_path")
-        if not isinstance(name, str) or not name or not isinstance(path, str) or not path:
-            raise ValueError("load_lora_adapter needs lora_name and lora_path (strings)")
-        return self._adapter_update(lambda: self.adapters.load(name, path, bool(body.get("pinned"))))
-
-    async def unload_adapter(self, request: web.Request) -> web.Response:
-        name = (await read_json(request)).get("lora_name")
-        if not isinstance(name, str) or not name:
-            raise ValueError("unload_lora_adapter needs lora_name (a string)")
-        return self._adapter_update(lambda: self.adapters.unload(name))
-
-    def _adapter_update(self, update: Callable[[], None]) -> web.Response:
-        """SGLang's LoRAUpdateOutput: 200 when it succeeded, 400 with its message when not."""
-        try:
-            update()
-        except AdapterRefused as refused:
-            body = {"success": False, "error_message": str(refused), "loaded_adapters": self.adapters.loaded}
-            return web.json_response(body, status=400)
-        return web.json_response(
-            {"success": True, "error_message": None, "loaded_adapters": self.adapters.loaded}
-        )
-
     async def _submit(self, body: dict[str, Any], key: object) -> list[Stream]:
         """One sequence per prompt of a batch and per parallel sample (`n`), costed by the same rules
         as the gate's (`kvant_runtime.request_cost`). Parallel samples of one prompt share its KV
         (SGLang's radix cache holds the prefix once), so only the first sample holds the prompt."""
-        self.adapters.resolve(body, self.info.model_name)  # an adapter never loaded is a 400
+        adapter = self.adapters.resolve(body, self.info.model_name)  # one never loaded is a 400
         prompts, parallel = prompt_tokens(body, self.counter), samples(body)
         limit = output_limit(body)
         limit = DEFAULT_MAX_NEW_TOKENS if limit is None else limit
@@ -211,17 +186,24 @@ class SimServer:
                 raise ValueError("the simulator disaggregates one prompt per request (no batches, n = 1)")
             seed = json.dumps(key, sort_keys=True)
             sampled = (limit, streaming, ignore_eos)
-            return [await self._submit_disaggregated(body, seed, prompts[0], sampled)]
+            return [await self._submit_disaggregated(body, seed, prompts[0], sampled, adapter)]
         streams = []
         for i, tokens in enumerate(prompts):
             for j in range(parallel):
                 seed = json.dumps(key if (i, j) == (0, 0) else [key, i, j], sort_keys=True)
                 held = tokens if j == 0 else 1
-                streams.append(self.runner.submit(held, limit, seed, streaming, ignore_eos=ignore_eos))
+                streams.append(
+                    self.runner.submit(held, limit, seed, streaming, ignore_eos=ignore_eos, adapter=adapter)
+                )
         return streams
 
     async def _submit_disaggregated(
-        self, body: dict[str, Any], seed: str, prompt: int, sampled: tuple[int, bool, bool]
+        self,
+        body: dict[str, Any],
+        seed: str,
+        prompt: int,
+        sampled: tuple[int, bool, bool],
+        adapter: str | None,
     ) -> Stream:
         """A prefill runs the prompt (one token, as SGLang's does) and hands it to the room; a decode
         takes the room's prompt KV from its prefill and generates."""
@@ -241,9 +223,12 @@ class SimServer:
                 streaming,
                 ignore_eos=True,
                 on_finish=lambda request: handoffs.publish(room, request.prompt_tokens),
+                adapter=adapter,
             )
         held = await fetch_handoff(bootstrap)
-        return self.runner.submit(held, limit, seed, streaming, ignore_eos=ignore_eos, kv_transferred=True)
+        return self.runner.submit(
+            held, limit, seed, streaming, ignore_eos=ignore_eos, kv_transferred=True, adapter=adapter
+        )
 
     async def _collect_all(self, streams: list[Stream]) -> list[list[int]]:
         return list(await asyncio.gather(*(collect(self.runner, s) for s in streams)))
@@ -325,16 +310,10 @@ class SimServer:
 
     async def models(self, _request: web.Request) -> web.Response:
         config = self.runner.engine.config
-        model = {"id": self.info.model_name, "object": "model", "created": 0, "owned_by": "kvant-sim"}
-        return web.json_response(
-            {
-                "object": "list",
-                "data": [
-                    {**model, "max_model_len": config.context_length},
-                    *self.adapters.model_cards(self.info.model_name),
-                ],
-            }
-        )
+        name = self.info.model_name
+        model = {"id": name, "object": "model", "created": 0, "owned_by": "kvant-sim"}
+        cards = [{**model, "max_model_len": config.context_length}, *self.adapters.model_cards(name)]
+        return web.json_response({"object": "list", "data": cards})
 
     async def metrics(self, _request: web.Request) -> web.Response:
         return web.Response(
