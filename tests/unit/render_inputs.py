@@ -12,6 +12,10 @@ from kvant_contracts.kube_object import Obj
 from kvant_operator.api.resource import QuantizedModel
 from kvant_operator.api.spec import QuantizedModelSpec
 from kvant_operator.api.status import PlanStatus
+from kvant_operator.render.roles import roles
+from kvant_operator.render.serving import ServingInputs, deployment
+from kvant_operator.settings import OperatorSettings
+from kvant_operator.sources import Location
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -43,3 +47,16 @@ def plan(kv_tokens: int = 3_773_701, dtype: str = "fp8_e4m3") -> PlanStatus:
             "weights": {"format": "int4", "groupSize": 128},  # targets: as the spec says (dense)
         }
     )
+
+
+ENGINE_MODEL_DIR = Location({"name": "artifacts", "emptyDir": {}}, "/artifacts", "m/abc")
+
+
+def engine_containers(example: str, serving: dict[str, object]) -> list[Obj]:
+    """The engine container of each role the example renders, with `serving` merged into its
+    spec.serving (against the fixed plan above)."""
+    manifest = body(example)
+    manifest["spec"]["serving"].update(serving)
+    spec = spec_of(manifest)
+    inputs = ServingInputs(manifest, spec, plan(), ENGINE_MODEL_DIR, "sha256:abc", OperatorSettings())
+    return [deployment(inputs, role)["spec"]["template"]["spec"]["containers"][0] for role in roles(spec)]

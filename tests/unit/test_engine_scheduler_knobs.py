@@ -13,18 +13,13 @@ from pydantic import ValidationError
 from kvant_contracts.engine_scheduler import KNOBS
 from kvant_contracts.launch_spec import LaunchSpec, SpecError, parse_spec_json
 from kvant_operator.api.rules import SpecError as ApiSpecError
-from kvant_operator.render.roles import roles
-from kvant_operator.render.serving import ServingInputs, deployment
-from kvant_operator.settings import OperatorSettings
-from kvant_operator.sources import Location
 from kvant_runtime.launch.argv import checkpoint_quant_method, kvant_argv
 from kvant_runtime.launch.validate import validate_argv
 from kvant_runtime.sim.engine import Engine, EngineConfig
 from kvant_runtime.sim.sim_command import _scheduler_knobs
 from tests.unit.launch_fixtures import checkpoint
-from tests.unit.render_inputs import body, plan, spec_of
+from tests.unit.render_inputs import body, engine_containers, spec_of
 
-MODEL_DIR = Location({"name": "artifacts", "emptyDir": {}}, "/artifacts", "m/abc")
 SET = {
     "conservativeness": 1.3,
     "minNewTokenRatioFactor": 0.5,
@@ -38,16 +33,8 @@ ENV = {
 }
 
 
-def _engine_containers(example: str, serving: dict[str, object]) -> list[dict]:
-    manifest = body(example)
-    manifest["spec"]["serving"].update(serving)
-    spec = spec_of(manifest)
-    inputs = ServingInputs(manifest, spec, plan(), MODEL_DIR, "sha256:abc", OperatorSettings())
-    return [deployment(inputs, role)["spec"]["template"]["spec"]["containers"][0] for role in roles(spec)]
-
-
 def test_every_engine_of_the_model_launches_with_the_knobs_and_sglangs_parser_reads_them(tmp_path):
-    containers = _engine_containers("llama-70b-prefill-decode-fp8kv.yaml", {"scheduler": SET})
+    containers = engine_containers("llama-70b-prefill-decode-fp8kv.yaml", {"scheduler": SET})
     assert len(containers) == 2  # both roles
     folder = checkpoint(tmp_path, "gqa", "bf16")
     for engine in containers:
@@ -73,7 +60,7 @@ def test_the_launcher_sets_sglangs_environment_before_it_starts_sglang(tmp_path)
 def test_a_model_that_sets_no_knob_renders_no_trace_of_them():
     """The launch spec is in the pod template: an upgrade that adds the field must not restart
     engines that do not use it."""
-    engines = _engine_containers("kimi-k2-int4-experts-fp8kv-8xh200.yaml", {})
+    engines = engine_containers("kimi-k2-int4-experts-fp8kv-8xh200.yaml", {})
     assert engines, "the example renders no engine containers"
     for engine in engines:
         assert "scheduler" not in json.loads(engine["args"][2])
@@ -81,7 +68,7 @@ def test_a_model_that_sets_no_knob_renders_no_trace_of_them():
 
 
 def test_the_simulator_takes_the_same_flag_and_environment(monkeypatch):
-    (engine,) = _engine_containers("tiny.yaml", {"scheduler": SET})
+    (engine,) = engine_containers("tiny.yaml", {"scheduler": SET})
     assert engine["args"][0] == "sim"
     assert engine["args"][engine["args"].index("--schedule-conservativeness") + 1] == "1.3"
     assert {e["name"]: e["value"] for e in engine["env"] if e["name"].startswith("SGLANG_")} == ENV

@@ -29,19 +29,14 @@ from kvant_operator.planner import PlanRequest, load_checkpoint, make_plan
 from kvant_operator.planner.architecture import parse_shape
 from kvant_operator.planner.lora_pool import lora_pool
 from kvant_operator.render.jobs import plan_args, plan_inputs, plan_job_name
-from kvant_operator.render.roles import roles
-from kvant_operator.render.serving import ServingInputs, deployment
-from kvant_operator.settings import OperatorSettings
-from kvant_operator.sources import Location
 from kvant_runtime.launch.argv import checkpoint_quant_method, kvant_argv
 from kvant_runtime.launch.validate import SGLangRejected, validate_argv
 from kvant_runtime.sim import sim_command
 from tests.unit.launch_fixtures import checkpoint
 from tests.unit.planner_configs import deepseek_v3, llama_3_1_70b, write_config
-from tests.unit.render_inputs import body, plan, spec_of
+from tests.unit.render_inputs import body, engine_containers, spec_of
 
 HARNESS = Path(__file__).resolve().parents[1] / "sglang_lora_pool.py"
-MODEL_DIR = Location({"name": "artifacts", "emptyDir": {}}, "/artifacts", "m/abc")
 
 LLAMA_3_8B = {
     "model_type": "llama",
@@ -158,17 +153,9 @@ def test_mla_and_expert_targets_are_refused_in_the_plan(tmp_path: Path):
     assert make_plan(moe, PlanRequest(gpu_memory_gib=80, lora=attention)).fits
 
 
-def _engine_containers(example: str, serving: dict[str, object]) -> list[dict]:
-    manifest = body(example)
-    manifest["spec"]["serving"].update(serving)
-    spec = spec_of(manifest)
-    inputs = ServingInputs(manifest, spec, plan(), MODEL_DIR, "sha256:abc", OperatorSettings())
-    return [deployment(inputs, role)["spec"]["template"]["spec"]["containers"][0] for role in roles(spec)]
-
-
 def test_every_engine_starts_with_the_pool_and_sglangs_parser_reads_it(tmp_path: Path):
     lora = {"maxRank": 32, "targetModules": ["q_proj", "v_proj", "down_proj"], "slots": 4, "maxLoaded": 12}
-    containers = _engine_containers("llama-70b-prefill-decode-fp8kv.yaml", {"lora": lora})
+    containers = engine_containers("llama-70b-prefill-decode-fp8kv.yaml", {"lora": lora})
     assert len(containers) == 2  # both roles
     folder = checkpoint(tmp_path, "gqa", "bf16")
     for engine in containers:
@@ -188,7 +175,7 @@ def test_every_engine_starts_with_the_pool_and_sglangs_parser_reads_it(tmp_path:
 
 
 def test_a_model_without_a_pool_renders_no_trace_of_one():
-    containers = _engine_containers("llama-70b-prefill-decode-fp8kv.yaml", {})
+    containers = engine_containers("llama-70b-prefill-decode-fp8kv.yaml", {})
     assert len(containers) == 2
     for engine in containers:
         text = engine["args"][2]
@@ -265,7 +252,7 @@ def test_an_engine_arg_that_sets_the_pool_is_refused_by_the_launcher_too():
 
 
 def test_the_simulator_starts_with_the_same_pool_flags():
-    (engine,) = _engine_containers(
+    (engine,) = engine_containers(
         "tiny.yaml", {"lora": {"maxRank": 8, "targetModules": ["q_proj"], "slots": 2}}
     )
     args = engine["args"]
