@@ -98,3 +98,6 @@ def test_render_of_a_model_that_fits_no_gpu_is_a_clear_error(
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert "the capacity plan starts no engine: no KV cache fits beside the weights" in err
     assert "use int4 weights, a larger tensorParallel, or bigger GPUs" in err
+    # What one node cannot hold, the planner counts nodes for (tensor parallel across them).
+    assert "would fit on 2 nodes of 8 such GPUs (tensorParallel 16 across them)" in err
+    assert "multi-node serving, not built yet" in err

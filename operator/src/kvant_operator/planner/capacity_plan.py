@@ -2,19 +2,19 @@
 
 `CapacityPlan` is the one result type: `kvant plan --json` prints it (snake_case), the operator
 writes its summary to `status.plan` (camelCase), and the simulator reads the JSON with `--plan`.
+What is planned for is a `PlanRequest` (plan_request.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from pydantic import BaseModel, ConfigDict
 
 from kvant_contracts.kv_dtypes import KvCacheDtype
 from kvant_contracts.launch_spec import Device
-from kvant_contracts.lora import LoraEnvelope
 from kvant_contracts.weights_recipe import DEFAULT_GROUP_SIZE, effective_weights
-from kvant_operator.api.spec import QuantizedModelSpec, QuantTargets, WeightFormat
+from kvant_operator.api.spec import QuantTargets, WeightFormat
 from kvant_operator.api.status import PlannedWeights, PlanStatus
 from kvant_operator.planner.architecture import Attention, ModelShape
 from kvant_operator.planner.calibration_sizing import count_parameters
@@ -33,53 +33,10 @@ from kvant_operator.planner.capacity import (
 from kvant_operator.planner.checkpoint_view import Checkpoint
 from kvant_operator.planner.gptq_sizing import GptqWork, gptq_work
 from kvant_operator.planner.lora_pool import LoraPool, lora_pool
+from kvant_operator.planner.plan_request import DEFAULT_CONTEXTS, PlanRequest
+
+__all__ = ["DEFAULT_CONTEXTS", "CapacityPlan", "PlanRequest", "compare", "make_plan"]
 from kvant_operator.planner.weights import Conversion, WeightSizes, size_weights
-
-DEFAULT_CONTEXTS = (4096, 32768, 131072)
-
-
-@dataclass(frozen=True)
-class PlanRequest:
-    """How the model is to be served. `weights_format` None keeps the source format. On CPU
-    (`device` cpu) `gpu_memory_gib` is the engine container's memory and `gpus` is 0."""
-
-    gpu_memory_gib: float
-    tensor_parallel: int = 1
-    gpus: int | None = None  # GPUs per replica; None = tensor_parallel
-    kv_cache_dtype: KvCacheDtype = KvCacheDtype.FP8_E4M3
-    weights_format: WeightFormat | None = None
-    group_size: int | None = None  # None: weights_recipe's default
-    targets: QuantTargets | None = None  # None: weights_recipe's default for the source (MoE or dense)
-    ignore: tuple[str, ...] = ()
-    mem_fraction_static: float | None = None
-    page_size: int = 1
-    contexts: tuple[int, ...] = DEFAULT_CONTEXTS
-    device: Device = Device.CUDA
-    kv_cache_mib: int | None = None  # CPU only: an explicit KV cache size
-    lora: LoraEnvelope | None = None  # the adapter pool each engine reserves (spec.serving.lora)
-
-    @classmethod
-    def from_spec(cls, spec: QuantizedModelSpec, contexts: tuple[int, ...] = DEFAULT_CONTEXTS) -> PlanRequest:
-        serving, weights = spec.serving, spec.weights
-        memory = serving.gpu.memory_gib if serving.gpu is not None else 0.0
-        if serving.cpu is not None:
-            memory = serving.cpu.memory_gib
-        return cls(
-            device=serving.device,
-            kv_cache_mib=serving.cpu.kv_cache_mib if serving.cpu is not None else None,
-            gpu_memory_gib=memory,
-            tensor_parallel=serving.tensor_parallel,
-            gpus=serving.gpus,
-            kv_cache_dtype=spec.kv_cache.dtype,
-            weights_format=weights.format,
-            group_size=weights.group_size,
-            targets=weights.targets,
-            ignore=tuple(weights.ignore),
-            mem_fraction_static=serving.mem_fraction_static,
-            page_size=serving.page_size,
-            contexts=contexts,
-            lora=serving.lora.envelope() if serving.lora is not None else None,
-        )
 
 
 class CapacityPlan(BaseModel):
@@ -229,7 +186,7 @@ def make_plan(checkpoint: Checkpoint, request: PlanRequest) -> CapacityPlan:
         and pool.refusal is None
         and not _weights_overflow(before_kv, gpu_bytes, mfs, request.device),
         warnings=warnings,
-        refusal=refusal(pool, tokens, warnings),
+        refusal=_with_nodes(refusal(pool, tokens, warnings), checkpoint, request, pool, tokens),
     )
 
 
@@ -243,6 +200,44 @@ def refusal(pool: LoraPool, tokens: int, warnings: list[str]) -> str | None:
         why = warnings[0] if warnings else "nothing is left for the KV cache"
         return f"no KV cache fits beside the weights: {why}"
     return None
+
+
+# The most nodes the planner looks across when one node's GPUs cannot hold the weights.
+MAX_NODES = 8
+
+
+def _with_nodes(
+    why: str | None, checkpoint: Checkpoint, request: PlanRequest, pool: LoraPool, tokens: int
+) -> str | None:
+    """A refusal for weights that leave no KV cache, told how many nodes of these GPUs would hold
+    the model (tensor parallel across them, as SGLang's --nnodes runs it), since Kvant serves one
+    node per replica today (multi-node serving is not built)."""
+    if why is None or tokens >= 1 or pool.refusal is not None or request.device is Device.CPU:
+        return why
+    gpus = request.gpus or request.tensor_parallel
+    for nodes in range(2, MAX_NODES + 1):
+        wider = replace(
+            request, tensor_parallel=request.tensor_parallel * nodes, gpus=gpus * nodes, lora=None
+        )
+        if checkpoint.shape.num_attention_heads % wider.tensor_parallel == 0 and _has_kv_room(
+            checkpoint, wider
+        ):
+            return (
+                f"{why}; the model would fit on {nodes} nodes of {gpus} such GPUs (tensorParallel "
+                f"{wider.tensor_parallel} across them), which needs multi-node serving, not built yet"
+            )
+    return why
+
+
+def _has_kv_room(checkpoint: Checkpoint, request: PlanRequest) -> bool:
+    shape, tp = checkpoint.shape, request.tensor_parallel
+    sizes = size_weights(
+        checkpoint.inventory, _conversion(shape, checkpoint.source_format, request), tp, shape.num_layers
+    )
+    cell = kv_bytes_per_token_per_gpu(shape, tp, kv_dtype_bytes(request.kv_cache_dtype, shape.dtype_bytes))
+    mfs = request.mem_fraction_static or sglang_default_mem_fraction_static(request.gpu_memory_gib, tp)
+    gpu_bytes = int(request.gpu_memory_gib * GIB)
+    return kv_tokens_per_gpu(gpu_bytes, sizes.bytes_per_gpu, mfs, cell, request.page_size) >= 1
 
 
 def compare(checkpoint: Checkpoint, request: PlanRequest) -> list[CapacityPlan]:
