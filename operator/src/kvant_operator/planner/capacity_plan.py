@@ -34,9 +34,9 @@ from kvant_operator.planner.checkpoint_view import Checkpoint
 from kvant_operator.planner.gptq_sizing import GptqWork, gptq_work
 from kvant_operator.planner.lora_pool import LoraPool, lora_pool
 from kvant_operator.planner.plan_request import DEFAULT_CONTEXTS, PlanRequest
+from kvant_operator.planner.weights import Conversion, WeightSizes, size_weights
 
 __all__ = ["DEFAULT_CONTEXTS", "CapacityPlan", "PlanRequest", "compare", "make_plan"]
-from kvant_operator.planner.weights import Conversion, WeightSizes, size_weights
 
 
 class CapacityPlan(BaseModel):
