@@ -64,6 +64,8 @@ def test_loaded_adapters_serve_by_either_name_and_an_unknown_one_is_a_400(tmp_pa
                 status, answer = await post(session, url + "/v1/chat/completions", body)
                 assert status == 200, answer
             assert (await post(session, url + "/generate", {"text": "hi", "lora_path": "sql"}))[0] == 200
+            # Native /generate reads lora_path only: a `model` there selects nothing, as in SGLang.
+            assert (await post(session, url + "/generate", {"text": "hi", "model": "base:nope"}))[0] == 200
             status, refused = await post(
                 session, url + "/v1/chat/completions", {**chat, "model": "base:nope"}
             )

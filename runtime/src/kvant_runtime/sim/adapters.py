@@ -87,9 +87,9 @@ class AdapterRegistry:
             raise AdapterRefused(f"LoRA with name {name} does not exist. Loaded LoRAs: {list(self._loaded)}")
         del self._loaded[name]
 
-    def resolve(self, body: dict[str, Any], served_name: str) -> str | None:
+    def resolve(self, body: dict[str, Any], served_name: str, native: bool = False) -> str | None:
         """The adapter a request names, or None for the base model; ValueError (a 400) as SGLang."""
-        name = _named_adapter(body, served_name)
+        name = _named_adapter(body, served_name, native)
         if name is None:
             return None
         if self.envelope is None:
@@ -164,8 +164,9 @@ def add_adapter_routes(app: web.Application, registry: AdapterRegistry) -> None:
     app.router.add_post("/unload_lora_adapter", unload)
 
 
-def _named_adapter(body: dict[str, Any], served_name: str) -> str | None:
-    model = body.get("model")
+def _named_adapter(body: dict[str, Any], served_name: str, native: bool) -> str | None:
+    """SGLang's native /generate reads `lora_path` only; its OpenAI routes read `model` first."""
+    model = None if native else body.get("model")
     if isinstance(model, str) and model != served_name and ":" in model:
         prefix = f"{served_name}:"
         return model[len(prefix) :] if model.startswith(prefix) else model.split(":", 1)[1]

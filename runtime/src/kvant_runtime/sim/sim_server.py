@@ -127,7 +127,7 @@ class SimServer:
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         body = await read_json(request)
-        streams = await self._submit(body, key=body.get("input_ids") or body.get("text"))
+        streams = await self._submit(body, key=body.get("input_ids") or body.get("text"), native=True)
         if len(streams) > 1:  # a batch, or parallel samples: SGLang answers with a list
             results = [
                 {"text": detokenize(ids), "output_ids": ids, "meta_info": meta_info(stream)}
@@ -165,11 +165,11 @@ class SimServer:
         limit = self.runner.engine.config.context_length
         return web.json_response(tokenize_answer(await read_json(request), self.counter, limit))
 
-    async def _submit(self, body: dict[str, Any], key: object) -> list[Stream]:
+    async def _submit(self, body: dict[str, Any], key: object, native: bool = False) -> list[Stream]:
         """One sequence per prompt of a batch and per parallel sample (`n`), costed by the same rules
         as the gate's (`kvant_runtime.request_cost`). Parallel samples of one prompt share its KV
         (SGLang's radix cache holds the prefix once), so only the first sample holds the prompt."""
-        adapter = self.adapters.resolve(body, self.info.model_name)  # one never loaded is a 400
+        adapter = self.adapters.resolve(body, self.info.model_name, native)  # never loaded: a 400
         prompts, parallel = prompt_tokens(body, self.counter), samples(body)
         limit = output_limit(body)
         limit = DEFAULT_MAX_NEW_TOKENS if limit is None else limit
