@@ -75,12 +75,17 @@ class LoraEnvelope:
     def flags(self) -> list[str]:
         """SGLang's flags for an engine that loads adapters live: the pool is sized by the flags
         alone, since it starts with none (--lora-paths unset)."""
-        argv = ["--enable-lora", "--max-lora-rank", str(self.max_rank)]
-        argv += ["--lora-target-modules", *(target.value for target in self.targets)]
-        argv += ["--max-loras-per-batch", str(self.slots)]
+        argv = ["--enable-lora", *self.pool_flags()]
         if self.max_loaded is not None:
             argv += ["--max-loaded-loras", str(self.max_loaded)]
         return argv
+
+    def pool_flags(self) -> list[str]:
+        """The three flags that size the pool's memory (what `kvant plan` takes too); maxLoaded
+        bounds host memory only."""
+        argv = ["--max-lora-rank", str(self.max_rank)]
+        argv += ["--lora-target-modules", *(target.value for target in self.targets)]
+        return [*argv, "--max-loras-per-batch", str(self.slots)]
 
     def to_json(self) -> dict[str, object]:
         """The launch spec's `lora` object (the CRD's names)."""

@@ -108,7 +108,9 @@ class CapacityPlan(BaseModel):
         )
 
 
-def make_plan(checkpoint: Checkpoint, request: PlanRequest) -> CapacityPlan:
+def make_plan(checkpoint: Checkpoint, request: PlanRequest, *, span_nodes: bool = True) -> CapacityPlan:
+    """The plan for `request`; with `span_nodes`, a refusal for weights that leave no KV cache
+    also says how many nodes would hold the model (`_with_nodes`, which plans those without it)."""
     shape, tp = checkpoint.shape, request.tensor_parallel
     gpus = request.gpus or tp
     source = checkpoint.source_format
@@ -186,7 +188,9 @@ def make_plan(checkpoint: Checkpoint, request: PlanRequest) -> CapacityPlan:
         and pool.refusal is None
         and not _weights_overflow(before_kv, gpu_bytes, mfs, request.device),
         warnings=warnings,
-        refusal=_with_nodes(refusal(pool, tokens, warnings), checkpoint, request, pool, tokens),
+        refusal=_with_nodes(refusal(pool, tokens, warnings), checkpoint, request, pool, tokens)
+        if span_nodes
+        else refusal(pool, tokens, warnings),
     )
 
 
@@ -219,25 +223,15 @@ def _with_nodes(
         wider = replace(
             request, tensor_parallel=request.tensor_parallel * nodes, gpus=gpus * nodes, lora=None
         )
-        if checkpoint.shape.num_attention_heads % wider.tensor_parallel == 0 and _has_kv_room(
-            checkpoint, wider
+        if (
+            checkpoint.shape.num_attention_heads % wider.tensor_parallel == 0
+            and make_plan(checkpoint, wider, span_nodes=False).kv_tokens_per_replica >= 1
         ):
             return (
                 f"{why}; the model would fit on {nodes} nodes of {gpus} such GPUs (tensorParallel "
                 f"{wider.tensor_parallel} across them), which needs multi-node serving, not built yet"
             )
     return why
-
-
-def _has_kv_room(checkpoint: Checkpoint, request: PlanRequest) -> bool:
-    shape, tp = checkpoint.shape, request.tensor_parallel
-    sizes = size_weights(
-        checkpoint.inventory, _conversion(shape, checkpoint.source_format, request), tp, shape.num_layers
-    )
-    cell = kv_bytes_per_token_per_gpu(shape, tp, kv_dtype_bytes(request.kv_cache_dtype, shape.dtype_bytes))
-    mfs = request.mem_fraction_static or sglang_default_mem_fraction_static(request.gpu_memory_gib, tp)
-    gpu_bytes = int(request.gpu_memory_gib * GIB)
-    return kv_tokens_per_gpu(gpu_bytes, sizes.bytes_per_gpu, mfs, cell, request.page_size) >= 1
 
 
 def compare(checkpoint: Checkpoint, request: PlanRequest) -> list[CapacityPlan]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvant_contracts.kube_object import Obj
+from kvant_contracts.lora import LoraEnvelope
 from kvant_contracts.weights_recipe import int4_scheme
 from kvant_operator.api.spec import QuantizedModelSpec
 from kvant_operator.api.status import PlanStatus, SourceStatus
@@ -54,9 +55,7 @@ def plan_inputs(spec: QuantizedModelSpec) -> Obj:
         "pageSize": serving.page_size,
     }
     if serving.lora is not None:  # only when set: a model without a pool keeps its inputs and Job name
-        pool = serving.lora.envelope()  # maxLoaded sizes nothing the plan reads
-        targets = [target.value for target in pool.targets]
-        common["lora"] = {"maxRank": pool.max_rank, "targetModules": targets, "slots": pool.slots}
+        common["lora"] = {**serving.lora.envelope().to_json(), "maxLoaded": None}  # it sizes nothing
     if (
         serving.cpu is not None
     ):  # CPU keys only on CPU: a GPU model's inputs (and plan Job name) stay as they were
@@ -104,9 +103,7 @@ def plan_args(spec: QuantizedModelSpec, config_path: str) -> list[str]:
     for pattern in inputs["ignore"]:
         args += ["--ignore", pattern]
     if "lora" in inputs:
-        pool = inputs["lora"]
-        args += ["--max-lora-rank", str(pool["maxRank"]), "--lora-target-modules", *pool["targetModules"]]
-        args += ["--max-loras-per-batch", str(pool["slots"])]
+        args += LoraEnvelope.from_json(inputs["lora"], "the plan inputs").pool_flags()
     for context in DEFAULT_CONTEXTS:
         args += ["--context", str(context)]
     return args

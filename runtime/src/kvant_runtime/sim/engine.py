@@ -254,13 +254,13 @@ class Engine:
         reserved = self.new_token_ratio * sum(r.estimated_new_tokens(clip) for r in self.running)
         budget = self.free_kv_tokens - reserved
         prefill_tokens = 0
-        adapters, position = {r.adapter for r in self.running}, 0  # running adapters; waiting index
+        # The batch's adapters and SGLang's slots for them (can_schedule_lora_req, no pinned adapters).
+        adapters, slots, position = {r.adapter for r in self.running}, self.config.adapter_slots, 0
         while position < len(self.waiting):
             if len(self.running) >= self.config.max_running_requests:
                 self.batch_is_full = True
                 break
             request = self.waiting[position]
-            slots = self.config.adapter_slots  # SGLang: can_schedule_lora_req, without pinned adapters
             if slots is not None and request.adapter not in adapters and len(adapters) >= slots:
                 position += 1  # no slot for its adapter: it waits, and the next may run
                 continue

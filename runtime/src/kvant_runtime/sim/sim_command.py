@@ -217,9 +217,12 @@ def _refusal(args: argparse.Namespace, kv_tokens: int) -> str | None:
         ("--kv-tokens", kv_tokens),
         ("--max-running-requests", args.max_running_requests),
         ("--stream-interval", args.stream_interval),
+        ("--max-lora-rank", args.max_lora_rank),  # the LoRA flags: None when not given
+        ("--max-loras-per-batch", args.max_loras_per_batch),
+        ("--max-loaded-loras", args.max_loaded_loras),
     )
     for flag, value in counts:
-        if value <= 0:
+        if value is not None and value <= 0:
             return f"{flag} must be a positive integer, got {value}"
     lora = _lora_refusal(args)
     if lora is not None:
@@ -239,14 +242,6 @@ def _lora_refusal(args: argparse.Namespace) -> str | None:
         return (
             "with --enable-lora and no initial adapters, set both --max-lora-rank and --lora-target-modules"
         )
-    lora_counts = (
-        ("--max-lora-rank", args.max_lora_rank),
-        ("--max-loras-per-batch", args.max_loras_per_batch),
-        ("--max-loaded-loras", args.max_loaded_loras),
-    )
-    for flag, value in lora_counts:
-        if value is not None and value <= 0:
-            return f"{flag} must be a positive integer, got {value}"
     if args.max_loaded_loras is not None and args.max_loaded_loras < args.max_loras_per_batch:
         return f"--max-loaded-loras {args.max_loaded_loras} must be at least --max-loras-per-batch"
     return None
